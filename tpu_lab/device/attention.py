@@ -1,0 +1,59 @@
+"""``scaled_dot_product_attention`` on "tpu": the same kernel choice as on the CPU.
+
+Without this kernel, PrivateUse1 falls back to the generic math path, whose numbers differ
+from the CPU's fused kernel. The choice is made by asking the CPU which backend it would use
+for tensors with the same metadata, then calling that backend's op on the "tpu" tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .driver import PAYLOAD
+from .kernels import payload
+
+aten = torch.ops.aten
+_FLASH = 1
+
+
+def _cpu_twin(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A CPU tensor with ``t``'s metadata: its payload, or (for fake tensors) an empty one."""
+    if t is None:
+        return None
+    if hasattr(t.untyped_storage(), PAYLOAD):
+        return payload(t)
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).requires_grad_(
+            t.requires_grad
+        )
+
+
+def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
+    try:
+        twins = [_cpu_twin(t) for t in (q, k, v, attn_mask)]
+    except Exception:  # symbolic shapes under dynamic tracing: use the portable path
+        return 0
+    return aten._fused_sdp_choice.default(
+        *twins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+    )
+
+
+def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        zero = torch.scalar_tensor(0.0, dtype=q.dtype, device=q.device)
+        attn_mask = torch.where(
+            attn_mask, zero, torch.scalar_tensor(-float("inf"), dtype=q.dtype, device=q.device)
+        )
+    if _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) == _FLASH:
+        return aten._scaled_dot_product_flash_attention_for_cpu.default(
+            q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+        )[0]
+    return aten._scaled_dot_product_attention_math.default(
+        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+    )[0]
+
+
+def register(lib: torch.library.Library) -> None:
+    lib.m.impl("scaled_dot_product_attention", "AutogradPrivateUse1", sdpa, False)

@@ -1,0 +1,142 @@
+"""``torch.compile(backend="tpu")`` on the bundled device.
+
+Dynamo captures the graph, AOTAutograd splits it into forward and backward ATen graphs, and
+each graph is lowered to the CPU: its "tpu" device arguments become "cpu", its tensors are
+the payloads of the "tpu" inputs (no copies), and the graph is compiled by Inductor's CPU
+code generator (``TPU_LAB_COMPILE_LOWERING=aten`` runs the ATen graph as is instead, which
+compiles instantly). Outputs are wrapped back as "tpu" tensors. As with TorchTPU, backend
+"tpu" means ``dynamic=False`` unless the caller says otherwise.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from .driver import PAYLOAD
+from .kernels import _MetaKernels, payload, wrap
+
+#: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten").
+LOWERING_ENV = "TPU_LAB_COMPILE_LOWERING"
+_CPU = torch.device("cpu")
+
+
+def _lowering() -> str:
+    value = os.environ.get(LOWERING_ENV, "inductor").strip().lower()
+    if value not in ("inductor", "aten"):
+        raise ValueError(f"{LOWERING_ENV}={value!r}: use 'inductor' (default) or 'aten'.")
+    return value
+
+
+def _cpu_value(v):
+    if isinstance(v, torch.device) and v.type == "tpu":
+        return _CPU
+    if isinstance(v, (list, tuple)):
+        return type(v)(_cpu_value(x) for x in v)
+    return v
+
+
+def _retarget(gm: torch.fx.GraphModule) -> None:
+    """Rewrite every "tpu" device constant in the graph to "cpu"."""
+    for node in gm.graph.nodes:
+        node.args = _cpu_value(node.args)
+        node.kwargs = {k: _cpu_value(v) for k, v in node.kwargs.items()}
+    gm.recompile()
+
+
+def _cpu_fake(t):
+    if isinstance(t, torch.Tensor):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+    return t
+
+
+def _unwrap(x):
+    if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+        return payload(x)
+    return x
+
+
+def _wrap(out, pairs):
+    if not isinstance(out, torch.Tensor) or out.device.type != "cpu":
+        return out
+    ptr = out.untyped_storage().data_ptr()
+    for outer, inner in pairs:
+        if ptr and inner.untyped_storage().data_ptr() == ptr and inner.dtype == out.dtype:
+            with _MetaKernels():  # an output that aliases an input stays a view of it
+                return torch.ops.aten.as_strided.default(
+                    outer, out.size(), out.stride(), out.storage_offset()
+                )
+    return wrap(out)
+
+
+def _lower(gm: torch.fx.GraphModule, example_inputs):
+    _retarget(gm)
+    if _lowering() == "inductor":
+        from torch._inductor.compile_fx import compile_fx_inner
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        fake_mode = torch._guards.detect_fake_mode(example_inputs)
+        with fake_mode:
+            cpu_inputs = [_cpu_fake(t) for t in example_inputs]
+        FakeTensorProp(gm, fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
+        compiled = compile_fx_inner(gm, cpu_inputs)
+
+        def call(args):
+            return compiled(args)
+    else:
+
+        def call(args):
+            return gm(*args)
+
+    def run(args):
+        inputs = [_unwrap(a) for a in args]
+        pairs = [
+            (a, u)
+            for a, u in zip(args, inputs, strict=True)
+            if isinstance(a, torch.Tensor) and hasattr(a.untyped_storage(), PAYLOAD)
+        ]
+        args.clear()
+        outs = call(inputs)
+        return type(outs)(_wrap(o, pairs) for o in outs)
+
+    run._boxed_call = True
+    return run
+
+
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
+    """The "tpu" compile backend of the bundled device."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(fw_compiler=_lower, bw_compiler=_lower)
+    return backend(gm, example_inputs)
+
+
+@functools.cache
+def _register_with_dynamo() -> None:
+    from torch._dynamo.backends.registry import register_backend
+
+    register_backend(name="tpu")(tpu_backend)
+
+
+def register() -> None:
+    """Wrap ``torch.compile``, as TorchTPU does: ``backend="tpu"`` means ``dynamic=False``.
+
+    The backend is registered with Dynamo on the first ``torch.compile(backend="tpu")``,
+    so that installing the device does not import Dynamo (about 0.8 s).
+    """
+    original = torch.compile
+    if getattr(original, "_tpu_lab", False):
+        return
+
+    @functools.wraps(original)
+    def compile(model=None, *args, **kwargs):
+        if kwargs.get("backend") == "tpu":
+            _register_with_dynamo()
+            if kwargs.get("dynamic") is None:
+                kwargs["dynamic"] = False
+        return original(model, *args, **kwargs)
+
+    compile._tpu_lab = True
+    torch.compile = compile

@@ -1,0 +1,136 @@
+"""The simulated chip: which topology, which device this process drives, and its HBM.
+
+Device memory is host memory: every "tpu" storage owns a CPU tensor (its payload) held by a
+:class:`Block` attached to the storage's Python object. A block is charged against the chip's
+HBM before it is attached and released when the storage dies, so the accounting is exact.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from .topology import Topology, topology_from_env
+
+#: Attribute of a "tpu" ``UntypedStorage`` that holds its :class:`Block`.
+PAYLOAD = "_tpu_lab_block"
+
+
+def format_bytes(n: int) -> str:
+    """``1536`` -> ``'1.50 KiB'``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """HBM of the chip this process drives, in bytes."""
+
+    capacity: int
+    live: int
+    peak: int
+    allocations: int
+    ooms: int
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.live
+
+
+class Chip:
+    """State of the one chip this process drives (TorchTPU: one chip per process)."""
+
+    def __init__(self, topology: Topology, index: int = 0) -> None:
+        self._lock = threading.Lock()
+        self.topology = topology
+        self.index = index
+        self.live = 0
+        self.peak = 0
+        self.allocations = 0
+        self.ooms = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.topology.hbm_per_device
+
+    @property
+    def name(self) -> str:
+        return f"{self.topology.generation.display_name} (simulated)"
+
+    def charge(self, nbytes: int) -> None:
+        """Reserve ``nbytes`` of HBM or raise ``torch.OutOfMemoryError`` (nothing reserved)."""
+        with self._lock:
+            live = self.live + nbytes
+            if live > self.capacity:
+                self.ooms += 1
+                free = self.capacity - self.live
+                raise torch.OutOfMemoryError(self._oom_message(nbytes, free))
+            self.live = live
+            self.allocations += 1
+            if live > self.peak:
+                self.peak = live
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.live -= nbytes
+
+    def _oom_message(self, nbytes: int, free: int) -> str:
+        return (
+            f"RESOURCE_EXHAUSTED: TPU out of memory. Tried to allocate {format_bytes(nbytes)} "
+            f"on tpu:0 ({self.name}, {self.topology.name}). "
+            f"HBM capacity {format_bytes(self.capacity)}, {format_bytes(self.live)} in use, "
+            f"{format_bytes(free)} free. Free tensors you no longer need (del them), use a "
+            f"smaller batch or dtype (bfloat16), shard the model over more chips, or choose a "
+            f"generation with more HBM (tpu_lab.use_topology('v5p-1'))."
+        )
+
+    def stats(self) -> MemoryStats:
+        with self._lock:
+            return MemoryStats(self.capacity, self.live, self.peak, self.allocations, self.ooms)
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self.peak = self.live
+
+
+class Block:
+    """The host memory behind one "tpu" storage: a CPU tensor, charged to the chip."""
+
+    __slots__ = ("tensor", "nbytes", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor, nbytes: int) -> None:
+        self.tensor = tensor
+        self.nbytes = nbytes
+
+    def __del__(self) -> None:
+        _CHIP.release(self.nbytes)
+
+    def resize(self, tensor: torch.Tensor) -> None:
+        """The payload was replaced or grown by an op (``resize_``, ``out=``)."""
+        nbytes = tensor.untyped_storage().nbytes()
+        if nbytes > self.nbytes:
+            _CHIP.charge(nbytes - self.nbytes)
+        else:
+            _CHIP.release(self.nbytes - nbytes)
+        self.tensor = tensor
+        self.nbytes = nbytes
+
+
+_CHIP = Chip(topology_from_env())
+
+
+def chip() -> Chip:
+    """The chip this process drives."""
+    return _CHIP
+
+
+def set_topology(topology: Topology) -> None:
+    """Switch the simulated topology; live tensors keep their bytes on the new chip."""
+    with _CHIP._lock:
+        _CHIP.topology = topology

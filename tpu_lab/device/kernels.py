@@ -1,0 +1,385 @@
+"""Kernel registration: every ATen op on a "tpu" tensor runs its CPU kernel on the payload.
+
+A "tpu" tensor is an ordinary PrivateUse1 tensor whose storage has no data of its own; the
+storage's :class:`~tpu_lab.device.driver.Block` holds a CPU tensor with the bytes. Kernels:
+
+* view ops run their Meta kernel on the outer tensor, so views share the outer storage (and
+  therefore the payload), exactly like a real device;
+* every other op unwraps its "tpu" arguments to CPU views of their payloads, runs the CPU
+  kernel, and wraps fresh CPU results as "tpu" tensors (charging HBM);
+* allocation ops (factories, ``*_like``, transfers) check HBM before host memory is touched.
+
+One Python kernel is registered per ATen overload that has a CPU (or CompositeExplicitAutograd)
+kernel; the fallback-only design hits an internal assert under dispatch modes (FakeTensorMode).
+The per-op plan (view, in-place, out=, random...) is worked out on the op's first call.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+
+from .driver import PAYLOAD, Block, chip
+
+aten = torch.ops.aten
+_Tensor = torch.Tensor
+_CPU = torch.device("cpu")
+_create_empty = torch._C._acc.create_empty_tensor
+
+# Ops whose composite kernels already do the right thing, or that get a hand-written kernel.
+_SKIP = frozenset(
+    {
+        "copy_",
+        "_to_copy",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "scaled_dot_product_attention",
+        "_has_compatible_shallow_copy_type",
+        "lift_fresh",
+        "lift",
+    }
+)
+# Ops that accept CPU index tensors next to device tensors, as CUDA's do.
+_CPU_INDICES_OK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
+# Ops that return a view of their input without saying so in their schema.
+_ALIASING = frozenset({"aten::_unsafe_view"})
+_META_SET = (
+    aten.set_.source_Tensor,
+    aten.set_.source_Tensor_storage_offset,
+    aten.set_.source_Storage,
+    aten.set_.source_Storage_storage_offset,
+)
+
+
+class _MetaKernels:
+    """Run the Meta kernel of whatever op is called on PrivateUse1 tensors."""
+
+    __slots__ = ("prev",)
+
+    def __enter__(self) -> None:
+        self.prev = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+
+    def __exit__(self, *exc: object) -> None:
+        torch._C._set_meta_in_tls_dispatch_include(self.prev)
+
+
+def _set_metadata(outer: _Tensor, size, stride, offset: int) -> None:
+    with _MetaKernels():
+        aten.set_.source_Storage_storage_offset(
+            outer, outer.untyped_storage(), offset, size, stride
+        )
+
+
+_storage_nbytes = torch.UntypedStorage.nbytes  # the unpatched method: CPU storages only
+_charge = chip().charge
+
+
+def wrap(inner: _Tensor) -> _Tensor:
+    """A new "tpu" tensor whose payload is the CPU tensor ``inner`` (no copy); charges HBM."""
+    nbytes = _storage_nbytes(inner.untyped_storage())
+    _charge(nbytes)
+    block = Block(inner, nbytes)
+    outer = _create_empty(inner.shape, inner.dtype)
+    offset = inner.storage_offset()
+    if offset or not inner.is_contiguous():
+        _set_metadata(outer, inner.size(), inner.stride(), offset)
+    setattr(outer.untyped_storage(), PAYLOAD, block)
+    return outer
+
+
+def _no_payload() -> RuntimeError:
+    return RuntimeError(
+        "This 'tpu' tensor has no data: it was created by torch internals outside tpu_lab's "
+        "bundled device (for example with torch.UntypedStorage(n, device='tpu')). Create "
+        "tensors with torch.empty(..., device='tpu') or x.to('tpu')."
+    )
+
+
+def _view_of(block, x: _Tensor) -> _Tensor:
+    inner = block.tensor
+    if (
+        inner.storage_offset() == x.storage_offset()
+        and inner.stride() == x.stride()
+        and inner.size() == x.size()
+        and inner.dtype == x.dtype
+    ):
+        return inner
+    if inner.dtype == x.dtype:
+        return inner.as_strided(x.size(), x.stride(), x.storage_offset())
+    return torch.empty(0, dtype=x.dtype).set_(
+        inner.untyped_storage(), x.storage_offset(), x.size(), x.stride()
+    )
+
+
+def payload(x: _Tensor) -> _Tensor:
+    """The CPU view of a "tpu" tensor's bytes (shares memory with it)."""
+    block = getattr(x.untyped_storage(), PAYLOAD, None)
+    if block is None:
+        raise _no_payload()
+    return _view_of(block, x)
+
+
+def _mixed_devices() -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "tpu:0 and cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu())."
+    )
+
+
+def _unwrap(x, strict: bool):
+    if isinstance(x, _Tensor):
+        block = getattr(x.untyped_storage(), PAYLOAD, None)
+        if block is not None:
+            inner = block.tensor
+            if (
+                inner.storage_offset() == x.storage_offset()
+                and inner.stride() == x.stride()
+                and inner.size() == x.size()
+                and inner.dtype == x.dtype
+            ):
+                return inner
+            return _view_of(block, x)
+        if not x.is_cpu:
+            raise _no_payload() if x.device.type == "tpu" else _mixed_devices()
+        if strict and x.dim() > 0:
+            raise _mixed_devices()
+        return x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(y, strict) for y in x)
+    if isinstance(x, torch.device) and x.type == "tpu":
+        return _CPU
+    return x
+
+
+def _wrap_results(out, args, uargs):
+    if isinstance(out, _Tensor):
+        if not out.is_cpu:
+            return out
+        for i, u in enumerate(uargs):
+            if out is u:  # the CPU kernel returned an input as is
+                return args[i]
+        return wrap(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_wrap_results(y, args, uargs) for y in out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Plans: one callable per op kind, chosen on the op's first call.
+
+
+_meta_included = torch._C._meta_in_tls_dispatch_include
+_include_meta = torch._C._set_meta_in_tls_dispatch_include
+
+
+def _run_view(op, args, kwargs):
+    previous = _meta_included()
+    _include_meta(True)
+    try:
+        return op(*args, **kwargs)
+    finally:
+        _include_meta(previous)
+
+
+def _run_compute(op, strict, args, kwargs):
+    uargs = [_unwrap(a, strict) for a in args]
+    if kwargs:
+        kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
+    return _wrap_results(op(*uargs, **kwargs), args, uargs)
+
+
+def _run_device_arg(plan, op, args, kwargs):
+    """Ops with a ``device`` argument: ``device='cpu'`` means CPU results, not "tpu" ones."""
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == "cpu":
+        return _run_to_cpu(op, True, args, kwargs)
+    return plan(args, kwargs)
+
+
+def _run_to_cpu(op, strict, args, kwargs):
+    """An op on "tpu" inputs asked to produce CPU results (``device='cpu'``)."""
+    uargs = [_unwrap(a, strict) for a in args]
+    return op(*uargs, **{k: _unwrap(v, strict) for k, v in kwargs.items()})
+
+
+def _run_mutating(op, strict, writes, args, kwargs):
+    """In-place and ``out=`` ops: mutate the payloads, return the outer tensors."""
+    uargs = [_unwrap(a, strict) for a in args]
+    ukwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
+    out = op(*uargs, **ukwargs)
+    outers = []
+    for where in writes:
+        outer = args[where] if isinstance(where, int) else kwargs.get(where)
+        inner = uargs[where] if isinstance(where, int) else ukwargs.get(where)
+        if isinstance(outer, _Tensor) and outer.device.type == "tpu":
+            _sync_after_write(outer, inner)
+            outers.append(outer)
+    if not outers:
+        return out
+    return outers[0] if len(outers) == 1 else tuple(outers)
+
+
+def _sync_after_write(outer: _Tensor, inner: _Tensor) -> None:
+    """Ops such as ``resize_`` or ``out=`` may have resized (re-allocated) the payload."""
+    if inner.size() == outer.size() and inner.stride() == outer.stride():
+        return
+    block = getattr(outer.untyped_storage(), PAYLOAD)
+    if inner.untyped_storage().data_ptr() != block.tensor.untyped_storage().data_ptr() or (
+        inner.untyped_storage().nbytes() != block.nbytes
+    ):
+        block.resize(inner)
+    _set_metadata(outer, inner.size(), inner.stride(), inner.storage_offset())
+
+
+def _alloc_bytes(schema, args, kwargs) -> int | None:
+    """Bytes a factory op will allocate, worked out from its arguments alone."""
+    names = [a.name for a in schema.arguments]
+    values = dict(zip(names, args, strict=False))
+    values.update(kwargs)
+    size = values.get("size")
+    dtype = values.get("dtype")
+    if size is None:
+        like = values.get("self")
+        if not isinstance(like, _Tensor):
+            return None
+        size, dtype = like.shape, dtype or like.dtype
+    if dtype is None:
+        dtype = torch.get_default_dtype()
+    try:
+        numel = math.prod(int(s) for s in size)
+    except TypeError:
+        return None
+    return numel * dtype.itemsize
+
+
+def _run_factory(op, schema, args, kwargs):
+    nbytes = _alloc_bytes(schema, args, kwargs)
+    if nbytes:
+        # Check before the host allocation: a 40 GiB request on a 32 GiB chip must not
+        # try to allocate 40 GiB of host memory first.
+        c = chip()
+        stats = c.stats()
+        if stats.live + nbytes > stats.capacity:
+            c.charge(nbytes)
+    return _run_compute(op, True, args, kwargs)
+
+
+def _run_random(plan, gen_index, args, kwargs):
+    """Random ops draw from the device's own generator (seeded like CPU's) unless given one."""
+    if gen_index < len(args):
+        if args[gen_index] is None:
+            args = (*args[:gen_index], default_generator, *args[gen_index + 1 :])
+    elif kwargs.get("generator") is None:
+        kwargs = {**kwargs, "generator": default_generator}
+    return plan(args, kwargs)
+
+
+#: The "tpu" device's default random generator: a CPU generator, so that the same seed gives
+#: the same numbers on "tpu" as on the CPU. ``torch.manual_seed`` seeds it too.
+default_generator = torch.Generator()
+
+
+def _is_view(schema) -> bool:
+    if schema.name in _ALIASING:
+        return True
+    return (
+        not schema.is_mutable
+        and len(schema.returns) > 0
+        and all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    )
+
+
+def _plan(qualname: str):
+    plan = _base_plan(qualname)
+    op = plan.args[0]
+    if plan.func in (_run_compute, _run_view):  # call the C++ op directly, skipping OpOverload
+        plan = partial(plan.func, op._op, *plan.args[1:])
+    arg_names = [a.name for a in op._schema.arguments]
+    if "generator" in arg_names:
+        plan = partial(_run_random, plan, arg_names.index("generator"))
+    if "device" in arg_names:
+        plan = partial(_run_device_arg, plan, op)
+    return plan
+
+
+def _base_plan(qualname: str):
+    name, _, overload = qualname.partition(".")
+    op = getattr(getattr(aten, name), overload or "default")
+    schema = op._schema
+    strict = name not in _CPU_INDICES_OK
+    if _is_view(schema) or op in _META_SET:
+        return partial(_run_view, op)
+    if schema.is_mutable:
+        writes = [
+            i if not a.kwarg_only else a.name
+            for i, a in enumerate(schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        ]
+        return partial(_run_mutating, op, strict, writes)
+    arg_names = {a.name for a in schema.arguments}
+    if "size" in arg_names or name.endswith("_like"):
+        return partial(_run_factory, op, schema)
+    return partial(_run_compute, op, strict)
+
+
+def _kernel(qualname: str):
+    plan = None
+
+    def kernel(*args, **kwargs):
+        nonlocal plan
+        if plan is None:
+            plan = _plan(qualname)
+        return plan(args, kwargs)
+
+    return kernel
+
+
+def _copy_from(src: _Tensor, dst: _Tensor, non_blocking: bool = False) -> _Tensor:
+    """Cross-device copies: ``x.to('tpu')``, ``x.cpu()``, ``dst.copy_(src)``."""
+    target = payload(dst) if dst.device.type == "tpu" else dst
+    target.copy_(payload(src) if src.device.type == "tpu" else src)
+    return dst
+
+
+def _copy_from_and_resize(src: _Tensor, dst: _Tensor) -> _Tensor:
+    if dst.device.type == "tpu":
+        inner = payload(dst)
+        inner.resize_(src.shape)
+        _sync_after_write(dst, inner)
+    else:
+        dst.resize_(src.shape)
+    return _copy_from(src, dst)
+
+
+def _aten_overloads() -> list[str]:
+    """Every ``aten`` overload with a CPU or CompositeExplicitAutograd kernel, not yet on tpu."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = []
+    for schema in torch._C._jit_get_all_schemas():
+        full = schema.name
+        if not full.startswith("aten::") or full[6:] in _SKIP:
+            continue
+        if schema.overload_name:
+            full = f"{full}.{schema.overload_name}"
+        try:
+            if has(full, "PrivateUse1"):
+                continue
+            cpu, composite = has(full, "CPU"), has(full, "CompositeExplicitAutograd")
+        except RuntimeError:  # a schema without a registered operator
+            continue
+        if cpu or (composite and not _is_view(schema)):
+            names.append(full[6:])
+    return names
+
+
+def register(lib: torch.library.Library) -> int:
+    """Register the per-op kernels into ``lib`` (an ``aten`` IMPL library); returns the count."""
+    names = _aten_overloads()
+    for name in names:
+        lib.m.impl(name, "PrivateUse1", _kernel(name), False)
+    lib.m.impl("_copy_from", "PrivateUse1", _copy_from, False)
+    lib.m.impl("_copy_from_and_resize", "PrivateUse1", _copy_from_and_resize, False)
+    return len(names) + 2

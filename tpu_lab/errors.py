@@ -1,0 +1,22 @@
+"""The exception hierarchy of tpu_lab.
+
+Every error says what was given, what is required and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class TpuLabError(Exception):
+    """Base class of every error tpu_lab raises on purpose."""
+
+
+class TopologyError(TpuLabError, ValueError):
+    """An unknown generation, chip count or topology name."""
+
+
+class BackendConflictError(TpuLabError, RuntimeError):
+    """torch_tpu is loaded in this process but there is no TPU to drive."""
+
+
+class NotSimulatedError(TpuLabError, NotImplementedError):
+    """A TorchTPU feature that only exists on real TPU hardware."""

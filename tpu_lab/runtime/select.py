@@ -1,0 +1,119 @@
+"""Choosing the backend: TorchTPU on a real TPU, the bundled device everywhere else.
+
+``TPU_LAB_BACKEND`` (read once, at :func:`activate`) overrides the choice: ``auto``
+(default), ``bundled`` or ``torchtpu``.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import sys
+import threading
+
+from ..errors import BackendConflictError
+from .base import Backend
+
+BACKEND_ENV = "TPU_LAB_BACKEND"
+_CHOICES = ("auto", "bundled", "torchtpu")
+
+_lock = threading.Lock()
+_active: Backend | None = None
+_conflict: str | None = None
+
+CONFLICT_MESSAGE = (
+    "torch_tpu is loaded in this process (PyTorch imports it automatically when it is "
+    "installed), but this machine has no TPU, and tpu_lab's simulated 'tpu' device cannot "
+    "share a process with torch_tpu. Fix: start Python with TORCH_DEVICE_BACKEND_AUTOLOAD=0 "
+    "(for example `TORCH_DEVICE_BACKEND_AUTOLOAD=0 jupyter lab`), or pick the Jupyter kernel "
+    '"Python (tpu_lab simulated TPU)" that `tpu-lab kernel install` sets up, or uninstall '
+    "torch-tpu on machines without a TPU."
+)
+
+
+def tpu_hardware_present() -> bool:
+    """True when the host exposes TPU chips (``/dev/accel*`` or ``/dev/vfio/N``)."""
+    return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def torch_tpu_state() -> str:
+    """``'loaded'``, ``'installed'`` (not imported) or ``'absent'``."""
+    if "torch_tpu" in sys.modules:
+        return "loaded"
+    return "installed" if importlib.util.find_spec("torch_tpu") is not None else "absent"
+
+
+def _choice() -> str:
+    value = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    if value not in _CHOICES:
+        raise BackendConflictError(
+            f"{BACKEND_ENV}={value!r} is not valid; use one of {', '.join(_CHOICES)}."
+        )
+    return value
+
+
+def _torchtpu_has_chip() -> bool:
+    import torch
+
+    tpu = getattr(torch, "tpu", None)
+    try:
+        return bool(tpu is not None and tpu.is_available() and tpu.device_count() > 0)
+    except RuntimeError:
+        return False
+
+
+def _pick() -> Backend:
+    import torch  # noqa: F401  (device-backend autoload may import torch_tpu)
+
+    choice = _choice()
+    state = torch_tpu_state()
+    if choice == "torchtpu" or (
+        choice == "auto" and state == "installed" and tpu_hardware_present()
+    ):
+        if state == "absent":
+            raise BackendConflictError(
+                f"{BACKEND_ENV}=torchtpu but torch-tpu is not installed. On a TPU VM: "
+                "pip install 'tpu-lab[tpu]'. Elsewhere use the bundled device "
+                f"({BACKEND_ENV}=auto)."
+            )
+        import torch_tpu  # noqa: F401
+
+        from .torchtpu import TorchTPUBackend
+
+        return TorchTPUBackend()
+    if state == "loaded":
+        if choice == "auto" and _torchtpu_has_chip():
+            from .torchtpu import TorchTPUBackend
+
+            return TorchTPUBackend()
+        raise BackendConflictError(CONFLICT_MESSAGE)
+    from .bundled import BundledBackend
+
+    return BundledBackend()
+
+
+def activate() -> Backend | None:
+    """Pick and start the backend once; ``None`` (and :func:`conflict` says why) if none can run."""
+    global _active, _conflict
+    with _lock:
+        if _active is None and _conflict is None:
+            try:
+                _active = _pick()
+            except BackendConflictError as exc:
+                _conflict = str(exc)
+        return _active
+
+
+def conflict() -> str | None:
+    """Why no backend could start, or ``None``."""
+    activate()
+    return _conflict
+
+
+def backend() -> Backend:
+    """The active backend; raises :class:`BackendConflictError` with the fix if there is none."""
+    active = activate()
+    if active is None:
+        raise BackendConflictError(_conflict)
+    return active
