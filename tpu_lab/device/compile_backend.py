@@ -109,7 +109,12 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
     """The "tpu" compile backend of the bundled device."""
     from torch._dynamo.backends.common import aot_autograd
 
-    backend = aot_autograd(fw_compiler=_lower, bw_compiler=_lower)
+    decompositions = None
+    if _lowering() == "inductor":  # Inductor lowers the decomposed op set it chose itself
+        from torch._inductor.decomposition import select_decomp_table
+
+        decompositions = select_decomp_table()
+    backend = aot_autograd(fw_compiler=_lower, bw_compiler=_lower, decompositions=decompositions)
     return backend(gm, example_inputs)
 
 

@@ -277,6 +277,19 @@ def _run_random(plan, gen_index, args, kwargs):
     return plan(args, kwargs)
 
 
+def _run_seeded(plan, args, kwargs):
+    """Random ops without a ``generator`` argument draw from the CPU's default generator:
+    lend it the device generator's state for the call."""
+    cpu_state = _cpu_generator.get_state()
+    _cpu_generator.set_state(default_generator.get_state())
+    try:
+        return plan(args, kwargs)
+    finally:
+        default_generator.set_state(_cpu_generator.get_state())
+        _cpu_generator.set_state(cpu_state)
+
+
+_cpu_generator = torch.default_generator
 #: The "tpu" device's default random generator: a CPU generator, so that the same seed gives
 #: the same numbers on "tpu" as on the CPU. ``torch.manual_seed`` seeds it too.
 default_generator = torch.Generator()
@@ -300,6 +313,8 @@ def _plan(qualname: str):
     arg_names = [a.name for a in op._schema.arguments]
     if "generator" in arg_names:
         plan = partial(_run_random, plan, arg_names.index("generator"))
+    elif torch.Tag.nondeterministic_seeded in op.tags:
+        plan = partial(_run_seeded, plan)
     if "device" in arg_names:
         plan = partial(_run_device_arg, plan, op)
     return plan

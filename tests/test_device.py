@@ -1,0 +1,154 @@
+"""The bundled device: the tensor behaviour users see, compared with real CPU runs."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import tpu_lab  # noqa: F401  (installs the device)
+
+
+def test_factories_transfers_and_printing():
+    x = torch.ones(3, device="tpu")
+    assert x.device == torch.device("tpu", 0)
+    assert x.is_tpu and not torch.ones(1).is_tpu
+    assert repr(x) == "tensor([1., 1., 1.], device='tpu:0')"
+    y = torch.arange(6.0).to("tpu")
+    assert y.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert y.sum().item() == 15.0
+    assert torch.tensor([1, 2], device="tpu").tolist() == [1, 2]
+
+
+def test_views_share_storage_and_in_place_ops_are_seen_through_views():
+    base_cpu = torch.arange(12.0).reshape(3, 4)
+    base = base_cpu.to("tpu")
+    col = base[:, 1]
+    tr = base.t()
+    col.mul_(10)
+    base_cpu[:, 1].mul_(10)
+    assert torch.equal(base.cpu(), base_cpu)
+    assert torch.equal(tr.cpu(), base_cpu.t())
+    assert tr.stride() == base_cpu.t().stride()
+    assert col.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    flat = base.view(-1)
+    flat[0] = -1.0
+    assert base[0, 0].item() == -1.0
+
+
+def test_mixing_devices_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="tpu") + torch.ones(3)
+    # 0-dim CPU tensors are scalars, as on CUDA
+    assert (torch.ones(3, device="tpu") + torch.tensor(2.0)).tolist() == [3.0, 3.0, 3.0]
+
+
+def test_autograd_and_optimizer_match_cpu():
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    tpu_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    tpu_model.load_state_dict(cpu_model.state_dict())
+    tpu_model.tpu()
+    assert all(p.is_tpu for p in tpu_model.parameters())
+    opt_c = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2)
+    opt_t = torch.optim.AdamW(tpu_model.parameters(), lr=1e-2)
+    data = torch.randn(5, 32, 8)
+    for batch in data:
+        for model, opt, dev in ((cpu_model, opt_c, "cpu"), (tpu_model, opt_t, "tpu")):
+            opt.zero_grad()
+            loss = model(batch.to(dev)).square().mean()
+            loss.backward()
+            opt.step()
+    for pc, pt in zip(cpu_model.parameters(), tpu_model.parameters(), strict=True):
+        assert torch.equal(pc, pt.cpu())
+
+
+def test_seeded_randomness_equals_cpu():
+    torch.manual_seed(1234)
+    cpu = [torch.randn(4, 5), torch.rand(3), torch.randint(0, 10, (6,)), torch.randperm(7)]
+    torch.manual_seed(1234)
+    tpu = [
+        torch.randn(4, 5, device="tpu"),
+        torch.rand(3, device="tpu"),
+        torch.randint(0, 10, (6,), device="tpu"),
+        torch.randperm(7, device="tpu"),
+    ]
+    for c, t in zip(cpu, tpu, strict=True):
+        assert torch.equal(c, t.cpu())
+    torch.tpu.manual_seed(7)
+    a = torch.empty(8, device="tpu").normal_()
+    torch.tpu.manual_seed(7)
+    b = torch.empty(8, device="tpu").normal_()
+    assert torch.equal(a.cpu(), b.cpu())
+    state = torch.tpu.get_rng_state()
+    c = torch.rand(3, device="tpu")
+    torch.tpu.set_rng_state(state)
+    assert torch.equal(c.cpu(), torch.rand(3, device="tpu").cpu())
+
+
+def test_bfloat16_and_autocast_match_cpu():
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 32), torch.randn(24, 32)
+    assert torch.equal(
+        (x.bfloat16() @ w.bfloat16().t()), (x.bfloat16().tpu() @ w.bfloat16().tpu().t()).cpu()
+    )
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = torch.nn.functional.linear(x, w).softmax(-1)
+    with torch.autocast("tpu", dtype=torch.bfloat16):
+        out = torch.nn.functional.linear(x.tpu(), w.tpu()).softmax(-1)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    assert torch.equal(out.cpu(), ref)
+
+
+def test_torch_save_and_load_round_trip():
+    state = {"w": torch.randn(3, 4).tpu(), "b": torch.arange(4).tpu()}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    on_tpu = torch.load(buf, map_location="tpu")
+    buf.seek(0)
+    on_cpu = torch.load(buf, map_location="cpu")
+    for k in state:
+        assert on_tpu[k].is_tpu and not on_cpu[k].is_tpu
+        assert torch.equal(on_tpu[k].cpu(), state[k].cpu())
+        assert torch.equal(on_cpu[k], state[k].cpu())
+    buf.seek(0)
+    kept = torch.load(buf)  # saved from "tpu", restored on "tpu"
+    assert kept["w"].is_tpu
+
+
+def test_storage_reports_the_payload():
+    x = torch.zeros(10, dtype=torch.float32, device="tpu")
+    assert x.untyped_storage().nbytes() == 40
+    assert x.data_ptr() != 0
+    assert x[2:].data_ptr() == x.data_ptr() + 8
+    s = torch.UntypedStorage(16, device="tpu")
+    assert s.device.type == "tpu" and s.nbytes() == 16
+
+
+def test_resize_and_out_arguments():
+    x = torch.zeros(2, device="tpu")
+    x.resize_(5)
+    assert x.shape == (5,) and x.untyped_storage().nbytes() == 20
+    out = torch.empty(0, device="tpu")
+    torch.add(torch.ones(3, device="tpu"), 1, out=out)
+    assert out.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_sdpa_matches_cpu():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 7, 16) for _ in range(3))
+    mask = torch.rand(7, 7) > 0.3
+    for kwargs in ({"is_causal": True}, {"attn_mask": mask}, {}):
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+        tkw = {k2: (v2.tpu() if isinstance(v2, torch.Tensor) else v2) for k2, v2 in kwargs.items()}
+        out = torch.nn.functional.scaled_dot_product_attention(q.tpu(), k.tpu(), v.tpu(), **tkw)
+        assert torch.equal(out.cpu(), ref), kwargs
+
+
+def test_module_tpu_and_to():
+    m = torch.nn.Conv2d(3, 4, 3).tpu()
+    assert m.weight.is_tpu
+    m.to("cpu")
+    assert not m.weight.is_tpu

@@ -1,0 +1,54 @@
+"""The ``tpu-lab`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tpu-lab", description="PyTorch on TPUs, in notebooks.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("doctor", help="show the environment and any misconfiguration with its fix")
+    sub.add_parser("tour", help="a short terminal tour of the 'tpu' device")
+    kernel = sub.add_parser("kernel", help="Jupyter kernel that always uses the simulated TPU")
+    kernel_sub = kernel.add_subparsers(dest="kernel_command", metavar="ACTION")
+    install = kernel_sub.add_parser("install", help="install the kernel spec")
+    install.add_argument("--prefix", help="install under PREFIX/share/jupyter/kernels")
+    install.add_argument(
+        "--sys-prefix", action="store_true", help="install into this environment, not for the user"
+    )
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(__version__)
+        return 0
+    if args.command == "doctor":
+        from .doctor import diagnose
+
+        report = diagnose()
+        print(report)
+        return 0 if report.ok else 1
+    if args.command == "tour":
+        from .tour import run
+
+        return run()
+    if args.command == "kernel" and args.kernel_command == "install":
+        from .kernelspec import DISPLAY_NAME, install
+
+        path = install(prefix=args.prefix, user=not args.sys_prefix)
+        print(f"Installed the Jupyter kernel {DISPLAY_NAME!r} in {path}")
+        return 0
+    parser.print_help(sys.stderr if args.command else sys.stdout)
+    return 2 if args.command else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""``tpu-lab doctor``: the environment, and every misconfiguration with its fix."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+
+from .runtime import select
+
+_ENV_VARS = (
+    "TPU_LAB_BACKEND",
+    "TPU_LAB_TOPOLOGY",
+    "TPU_LAB_COMPILE_LOWERING",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "PJRT_DEVICE",
+)
+_OPTIONAL = (
+    ("transformers", "hf"),
+    ("diffusers", "hf"),
+    ("accelerate", "hf"),
+    ("safetensors", "hf"),
+    ("ipywidgets", None),
+    ("anywidget", "lab"),
+    ("jupyterlab", "lab"),
+    ("gradio", "demo"),
+)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+@dataclass
+class Report:
+    """Rows of ``(name, value)`` and problems as ``(what is wrong, how to fix it)``."""
+
+    rows: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        width = max(len(name) for name, _ in self.rows)
+        lines = ["tpu-lab doctor", ""]
+        lines += [f"  {name.ljust(width)}  {value}" for name, value in self.rows]
+        lines.append("")
+        if not self.problems:
+            lines.append("No problems found.")
+        for what, fix in self.problems:
+            lines += [f"PROBLEM: {what}", f"    fix: {fix}"]
+        return "\n".join(lines)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def diagnose() -> Report:
+    """Inspect this process and machine; never raises for a misconfiguration."""
+    import torch
+
+    from . import __version__
+
+    r = Report()
+    r.rows.append(("tpu_lab", __version__))
+    r.rows.append(("python", sys.version.split()[0]))
+    cuda = torch.version.cuda
+    r.rows.append(("torch", torch.__version__ + (f" (CUDA {cuda} build)" if cuda else "")))
+    if not torch.__version__.startswith("2.13."):
+        r.problems.append(
+            (
+                f"torch {torch.__version__} is installed; the bundled device is built for 2.13.",
+                "pip install 'torch==2.13.*' (CPU build: add --index-url "
+                "https://download.pytorch.org/whl/cpu on machines without a GPU).",
+            )
+        )
+    if cuda and not torch.cuda.is_available():
+        r.problems.append(
+            (
+                "a CUDA build of torch is installed on a machine without a GPU (gigabytes unused).",
+                "pip install --force-reinstall 'torch==2.13.*' --index-url "
+                "https://download.pytorch.org/whl/cpu",
+            )
+        )
+    state = select.torch_tpu_state()
+    tt = _version("torch-tpu")
+    r.rows.append(("torch_tpu", f"{tt or 'not installed'} ({state})"))
+    r.rows.append(("libtpu", _version("libtpu") or "not installed"))
+    hardware = select.tpu_hardware_present()
+    r.rows.append(("TPU hardware", "present" if hardware else "none (no /dev/accel*, /dev/vfio/N)"))
+    active = select.activate()
+    if active is None:
+        r.rows.append(("backend", "none"))
+        r.problems.append(("no 'tpu' backend can run in this process.", select.conflict()))
+    else:
+        s = active.status()
+        r.rows.append(("backend", s.backend + (" (simulated)" if s.simulated else "")))
+        r.rows.append(("device", f"tpu:0 = {s.device_name}"))
+        r.rows.append(("topology", f"{s.topology} {s.topology_shape}, {s.chips} chips"))
+        r.rows.append(("HBM per chip", _gib(s.memory.capacity)))
+        r.rows.append(("eager mode", s.eager_mode))
+        if hardware and s.simulated:
+            r.problems.append(
+                (
+                    "this machine has TPU chips but tpu_lab is simulating one.",
+                    "pip install 'tpu-lab[tpu]' and unset TPU_LAB_BACKEND to use TorchTPU.",
+                )
+            )
+    for dist, extra in _OPTIONAL:
+        v = _version(dist)
+        hint = f" (pip install 'tpu-lab[{extra}]')" if extra and v is None else ""
+        r.rows.append((dist, (v or "not installed") + hint))
+    for var in _ENV_VARS:
+        if var in os.environ:
+            r.rows.append((f"${var}", os.environ[var]))
+    return r
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.0f} GiB"
