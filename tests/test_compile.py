@@ -64,3 +64,26 @@ def test_backend_tpu_defaults_to_static_shapes(models):
         compiled(torch.randn(n, 32, device="tpu"))
         counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     assert counts == [1, 2, 3]  # one graph per shape: dynamic=False, as on TorchTPU
+
+
+def test_compile_without_backend_uses_tpu_for_tpu_inputs(models):
+    torch._dynamo.reset()
+    cpu, tpu = models
+    before = torch.tpu._hbm_usage_summary()
+    out = torch.compile(tpu)(torch.ones(2, 32, device="tpu"))
+    assert out.is_tpu
+    assert torch.tpu._hbm_usage_summary() != before  # one more "tpu" executable
+    assert torch.equal(
+        torch.compile(cpu)(torch.ones(2, 32)),
+        torch.compile(cpu, backend="inductor")(torch.ones(2, 32)),
+    )
+
+
+def test_inductor_and_dynamic_are_refused_for_tpu_inputs_as_in_torchtpu(models):
+    torch._dynamo.reset()
+    _, tpu = models
+    with pytest.raises(Exception, match=r"torch.compile\(..., backend='inductor'\) on TPU is"):
+        torch.compile(tpu, backend="inductor")(torch.ones(2, 32, device="tpu"))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="TPU backend does not support torch.compile"):
+        torch.compile(tpu, backend="tpu", dynamic=True)(torch.ones(2, 32, device="tpu"))

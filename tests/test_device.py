@@ -81,7 +81,7 @@ def test_seeded_randomness_equals_cpu():
     torch.tpu.manual_seed(7)
     b = torch.empty(8, device="tpu").normal_()
     assert torch.equal(a.cpu(), b.cpu())
-    state = torch.tpu.get_rng_state()
+    state = torch.tpu.default_generators[0].get_state()
     c = torch.rand(3, device="tpu")
     torch.tpu.set_rng_state(state)
     assert torch.equal(c.cpu(), torch.rand(3, device="tpu").cpu())

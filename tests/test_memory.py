@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tpu_lab
-from tpu_lab.device import chip
+from tpu_lab.device import chip, format_bytes
 
 MiB = 1 << 20
 
@@ -38,9 +38,9 @@ def test_live_and_peak_bytes_are_exact(small_chip):
     del y
     assert small_chip.stats().live == base
     assert small_chip.stats().peak == base + 8 * MiB
-    assert torch.tpu.memory_allocated() == base
-    assert torch.tpu.max_memory_allocated() == base + 8 * MiB
-    free, total = torch.tpu.mem_get_info()
+    assert torch.accelerator.memory_allocated() == base
+    assert torch.accelerator.max_memory_allocated() == base + 8 * MiB
+    free, total = torch.accelerator.get_memory_info()
     assert total == 16 << 30 and free == total - base
 
 
@@ -50,9 +50,12 @@ def test_oom_is_raised_before_host_memory_and_accounting_stays_exact(small_chip)
         # 20 GiB on a 16 GiB chip: must fail without touching 20 GiB of host memory
         torch.empty(20 << 30, dtype=torch.uint8, device="tpu")
     message = str(info.value)
+    used = before.live
     assert message.startswith(
-        "RESOURCE_EXHAUSTED: TPU out of memory. Tried to allocate 20.00 GiB on tpu:0 "
-        "(TPU v5e (simulated), v5e-1). HBM capacity 16.00 GiB"
+        "RESOURCE_EXHAUSTED: TPU out of memory allocating 20.00 GiB on tpu:0 (TPU v5e (simulated), "
+        "v5e-1). Ran out of memory in memory space hbm. Used "
+        f"{format_bytes(used)} of 16.00 GiB hbm. Exceeded hbm capacity by "
+        f"{format_bytes(used + (4 << 30))}."
     )
     assert "Free tensors you no longer need" in message
     after = small_chip.stats()
@@ -83,7 +86,7 @@ def test_oom_on_transfer_and_on_computed_results(small_chip):
     with pytest.raises(torch.OutOfMemoryError):
         host.to("tpu")  # checked before the device buffer is allocated
     small = torch.ones(40 * MiB, dtype=torch.uint8, device="tpu")
-    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 40.00 MiB"):
+    with pytest.raises(torch.OutOfMemoryError, match="allocating 40.00 MiB on tpu:0"):
         small.clone()  # computed results are checked before they are put on the device
     del big, host, small
     assert small_chip.stats().live == before

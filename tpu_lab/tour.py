@@ -59,7 +59,8 @@ def run() -> int:
     print(f"tokens on tpu: {on_tpu[0, 8:].tolist()}")
     print(f"same as CPU:   {same}")
     print(f"host time:     tpu {tpu_s:.3f} s, cpu {cpu_s:.3f} s (simulated: not TPU speed)")
-    print(torch.tpu._hbm_usage_summary())
+    memory = tpu_lab.backend().memory()
+    print(f"HBM in use:    {memory.live:,} bytes of {memory.capacity:,} (peak {memory.peak:,})")
 
     _step("Out of memory, as on a real chip")
     try:

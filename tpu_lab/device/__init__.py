@@ -45,7 +45,15 @@ def install() -> None:
             return
         from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-        from . import attention, autocast, compile_backend, kernels, storage, tpu_module
+        from . import (
+            accelerator,
+            attention,
+            autocast,
+            compile_backend,
+            kernels,
+            storage,
+            tpu_module,
+        )
 
         _setup_privateuseone_for_python_backend("tpu", backend_module=tpu_module.build())
         fallback = torch.library.Library("_", "IMPL")
@@ -54,5 +62,6 @@ def install() -> None:
         attention.register(lib)
         autocast.register(lib, fallback)
         storage.install()
+        accelerator.install()
         compile_backend.register()
         _libraries.extend([fallback, lib])

@@ -16,28 +16,30 @@ aten = torch.ops.aten
 _FLASH = 1
 
 
-def _cpu_twin(t: torch.Tensor | None) -> torch.Tensor | None:
-    """A CPU tensor with ``t``'s metadata: its payload, or (for fake tensors) an empty one."""
-    if t is None:
-        return None
-    if hasattr(t.untyped_storage(), PAYLOAD):
-        return payload(t)
+def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
+    """The backend the CPU would pick (``_fused_sdp_choice``) for tensors like these."""
+    tensors = (q, k, v, attn_mask)
+    if all(t is None or hasattr(t.untyped_storage(), PAYLOAD) for t in tensors):
+        twins = [None if t is None else payload(t) for t in tensors]
+        return aten._fused_sdp_choice.default(
+            *twins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+        )
+    # Tracing (FakeTensorMode under torch.compile): ask with empty CPU tensors of the same
+    # metadata, outside the fake mode.
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).requires_grad_(
-            t.requires_grad
+        twins = [
+            None
+            if t is None
+            else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).requires_grad_(
+                t.requires_grad
+            )
+            for t in tensors
+        ]
+        return aten._fused_sdp_choice.default(
+            *twins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
         )
-
-
-def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
-    try:
-        twins = [_cpu_twin(t) for t in (q, k, v, attn_mask)]
-    except Exception:  # symbolic shapes under dynamic tracing: use the portable path
-        return 0
-    return aten._fused_sdp_choice.default(
-        *twins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-    )
 
 
 def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

@@ -72,6 +72,8 @@ def _wrap(out, pairs):
 
 
 def _lower(gm: torch.fx.GraphModule, example_inputs):
+    global _compiled
+    _compiled += 1
     _retarget(gm)
     if _lowering() == "inductor":
         from torch._inductor.compile_fx import compile_fx_inner
@@ -105,9 +107,54 @@ def _lower(gm: torch.fx.GraphModule, example_inputs):
     return run
 
 
+_compiled = 0
+
+
+def compiled_graphs() -> int:
+    """How many graphs the "tpu" backend compiled in this process (forward and backward)."""
+    return _compiled
+
+
+_DYNAMIC_REFUSED = (
+    "TPU backend does not support torch.compile(..., dynamic=True, ...). Please run "
+    "torch.compile() with dynamic=None or default dynamism i.e. torch.compile(model) and try again."
+)
+_INDUCTOR_REFUSED = (
+    "torch.compile(..., backend='inductor') on TPU is experimental and does not yet have full TPU "
+    "support; compilation is likely to fail with cryptic errors. Pass backend='tpu' or do not "
+    "specify `backend` in torch.compile to use TorchTPU, which does have full TPU support."
+)
+
+
+def _has_tpu_input(example_inputs) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in example_inputs)
+
+
+def default_backend(gm: torch.fx.GraphModule, example_inputs):
+    """``torch.compile`` without a backend, as TorchTPU patches it: "tpu" for graphs with
+    "tpu" inputs, Inductor for the rest."""
+    if _has_tpu_input(example_inputs):
+        return tpu_backend(gm, example_inputs)
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, example_inputs)
+
+
+def inductor_backend(gm: torch.fx.GraphModule, example_inputs):
+    """``backend="inductor"``: refused for "tpu" inputs with TorchTPU's message."""
+    if _has_tpu_input(example_inputs):
+        raise RuntimeError(_INDUCTOR_REFUSED)
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, example_inputs)
+
+
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
     """The "tpu" compile backend of the bundled device."""
     from torch._dynamo.backends.common import aot_autograd
+
+    if not torch._dynamo.config.assume_static_by_default:
+        raise NotImplementedError(_DYNAMIC_REFUSED)
 
     decompositions = None
     if _lowering() == "inductor":  # Inductor lowers the decomposed op set it chose itself
@@ -126,7 +173,8 @@ def _register_with_dynamo() -> None:
 
 
 def register() -> None:
-    """Wrap ``torch.compile``, as TorchTPU does: ``backend="tpu"`` means ``dynamic=False``.
+    """Wrap ``torch.compile`` as TorchTPU does: no backend means "tpu" for "tpu" inputs,
+    backend "tpu" means ``dynamic=False``, backend "inductor" is refused for "tpu" inputs.
 
     The backend is registered with Dynamo on the first ``torch.compile(backend="tpu")``,
     so that installing the device does not import Dynamo (about 0.8 s).
@@ -137,10 +185,15 @@ def register() -> None:
 
     @functools.wraps(original)
     def compile(model=None, *args, **kwargs):
-        if kwargs.get("backend") == "tpu":
+        backend = kwargs.get("backend")
+        tuned = kwargs.get("mode") is not None or kwargs.get("options") is not None
+        if backend is None and not tuned:  # Inductor's modes and options stay Inductor's
+            kwargs["backend"] = default_backend
+        elif backend == "inductor" and not tuned:
+            kwargs["backend"] = inductor_backend
+        if backend in (None, "tpu"):
             _register_with_dynamo()
-            if kwargs.get("dynamic") is None:
-                kwargs["dynamic"] = False
+            kwargs.setdefault("dynamic", False)
         return original(model, *args, **kwargs)
 
     compile._tpu_lab = True

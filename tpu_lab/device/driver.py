@@ -37,6 +37,8 @@ class MemoryStats:
     peak: int
     allocations: int
     ooms: int
+    #: False where the backend reports no allocator statistics (live/peak are then 0).
+    measured: bool = True
 
     @property
     def free(self) -> int:
@@ -69,8 +71,7 @@ class Chip:
             live = self.live + nbytes
             if live > self.capacity:
                 self.ooms += 1
-                free = self.capacity - self.live
-                raise torch.OutOfMemoryError(self._oom_message(nbytes, free))
+                raise torch.OutOfMemoryError(self._oom_message(nbytes))
             self.live = live
             self.allocations += 1
             if live > self.peak:
@@ -80,12 +81,13 @@ class Chip:
         with self._lock:
             self.live -= nbytes
 
-    def _oom_message(self, nbytes: int, free: int) -> str:
+    def _oom_message(self, nbytes: int) -> str:
+        excess = self.live + nbytes - self.capacity
         return (
-            f"RESOURCE_EXHAUSTED: TPU out of memory. Tried to allocate {format_bytes(nbytes)} "
-            f"on tpu:0 ({self.name}, {self.topology.name}). "
-            f"HBM capacity {format_bytes(self.capacity)}, {format_bytes(self.live)} in use, "
-            f"{format_bytes(free)} free. Free tensors you no longer need (del them), use a "
+            f"RESOURCE_EXHAUSTED: TPU out of memory allocating {format_bytes(nbytes)} on tpu:0 "
+            f"({self.name}, {self.topology.name}). Ran out of memory in memory space hbm. "
+            f"Used {format_bytes(self.live)} of {format_bytes(self.capacity)} hbm. Exceeded hbm "
+            f"capacity by {format_bytes(excess)}. Free tensors you no longer need (del them), use a "
             f"smaller batch or dtype (bfloat16), shard the model over more chips, or choose a "
             f"generation with more HBM (tpu_lab.use_topology('v5p-1'))."
         )

@@ -12,27 +12,27 @@ from contextlib import contextmanager
 
 
 class EagerMode(enum.Enum):
-    """How eager ops run. ``DEFER_NEVER`` is the default."""
+    """How eager ops run (TorchTPU's values). ``DEFER_NEVER`` is the default."""
 
-    DEFER_NEVER = "DEFER_NEVER"
-    DEFER_NEVER_AND_LAUNCH_BLOCKING = "DEFER_NEVER_AND_LAUNCH_BLOCKING"
-    DEFER_AND_FUSE = "DEFER_AND_FUSE"
+    DEFER_AND_FUSE = 0
+    DEFER_NEVER = 1
+    DEFER_NEVER_AND_LAUNCH_BLOCKING = 2
 
 
-class Precision(enum.Enum):
-    """Matmul precision on the MXU, as ``torch.set_float32_matmul_precision`` names it."""
+class Precision(enum.IntEnum):
+    """Matmul precision (TorchTPU's values); the bundled device computes in full float32."""
 
-    DEFAULT = "default"
-    HIGH = "high"
-    HIGHEST = "highest"
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
 
 
 class _Settings:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.eager_mode = EagerMode.DEFER_NEVER
-        self.precision = Precision.HIGHEST
-        self.allow_excess_precision = True
+        self.precision: list[Precision] = [Precision.DEFAULT]
+        self.allow_excess_precision = False
         self.listeners: list = []
 
 
@@ -55,7 +55,7 @@ def get_eager_mode() -> EagerMode:
 
 def put_eager_mode(mode) -> None:
     mode = as_eager_mode(mode)
-    _refuse_inside_compile("set the eager mode")
+    _refuse_inside_compile()
     with SETTINGS.lock:
         old, SETTINGS.eager_mode = SETTINGS.eager_mode, mode
         listeners = list(SETTINGS.listeners)
@@ -76,22 +76,23 @@ def set_eager_mode(mode):
         put_eager_mode(previous)
 
 
-def as_precision(value) -> Precision:
-    if isinstance(value, Precision):
-        return value
-    if isinstance(value, str):
-        for p in Precision:
-            if value.strip().lower() in (p.value, p.name.lower()):
-                return p
-    names = ", ".join(f"torch.tpu.Precision.{p.name}" for p in Precision)
-    raise ValueError(f"Unknown precision {value!r}; use one of {names}.")
+@contextmanager
+def precision(mode: Precision):
+    """Matmul precision inside the block (TorchTPU: a context manager, not a setting)."""
+    if not isinstance(mode, Precision):
+        raise ValueError(
+            "expected to be one of 'PrecisionConfig.DEFAULT', 'PrecisionConfig.HIGH', or "
+            f"'PrecisionConfig.HIGHEST', got '{mode}'"
+        )
+    SETTINGS.precision.append(mode)
+    try:
+        yield
+    finally:
+        SETTINGS.precision.pop()
 
 
-def _refuse_inside_compile(what: str) -> None:
+def _refuse_inside_compile() -> None:
     import torch
 
     if torch.compiler.is_compiling():
-        raise RuntimeError(
-            f"Cannot {what} inside torch.compile: the compiled graph has one mode. "
-            "Set it before calling the compiled function."
-        )
+        raise RuntimeError("A compiled graph cannot select how to dispatch eager ops.")

@@ -16,6 +16,12 @@ from contextlib import contextmanager
 import torch
 
 
+_NOT_IMPLEMENTED = (
+    "Streams and Events are not fully implemented in TorchTPU. Please file a feature request "
+    "describing your use case."
+)
+
+
 class Stream:
     """A queue of work on the device; on the bundled device, always complete."""
 
@@ -24,7 +30,10 @@ class Stream:
         self.priority = priority
 
     def query(self) -> bool:
-        return True
+        raise NotImplementedError(_NOT_IMPLEMENTED)
+
+    def priority_range(self):
+        raise NotImplementedError(_NOT_IMPLEMENTED)
 
     def synchronize(self) -> None:
         return None
@@ -47,19 +56,29 @@ class Stream:
         return id(self)
 
     def __repr__(self) -> str:
-        return f"<torch.tpu.Stream device={self.device} priority={self.priority}>"
+        return "<torch.tpu.TpuStream>"
 
 
 class Event:
     """A marker in a stream; records host time because the device is synchronous."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False) -> None:
+    def __init__(
+        self,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+        external: bool = False,
+        device=None,
+    ) -> None:
         self.enable_timing = enable_timing
         self.blocking = blocking
         self._time: float | None = None
 
-    def record(self, stream: Stream | None = None) -> None:
+    def record(self, stream: Stream | None = None) -> Event:
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"expected torch.Stream, but got {type(stream).__name__}")
         self._time = time.perf_counter()
+        return self
 
     def query(self) -> bool:
         return self._time is not None
@@ -81,8 +100,7 @@ class Event:
         return (end_event._time - self._time) * 1000.0
 
     def __repr__(self) -> str:
-        state = "recorded" if self._time is not None else "not recorded"
-        return f"<torch.tpu.Event {state}>"
+        return "<torch.tpu.TpuEvent>"
 
 
 def _device(device) -> torch.device:

@@ -1,13 +1,21 @@
-"""``torch.tpu`` for the bundled device: TorchTPU's public names with the same semantics.
+"""``torch.tpu`` for the bundled device: TorchTPU 0.2.0's public names and semantics.
 
 Registered with ``torch._register_device_module("tpu", ...)``, so PyTorch (``torch.manual_seed``,
 ``torch.autocast``, ``torch.accelerator``) and Hugging Face find it where they find TorchTPU's.
+As in TorchTPU on torch >= 2.11, the device-management names (``is_available``,
+``device_count``, ``synchronize``...) are internal: called from user code they raise and point to
+``torch.accelerator``, so a notebook that runs here also runs on a real TPU.
+``TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS=1`` turns the error into a one-time warning, as there.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import os
 import sys
 import types
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -15,24 +23,25 @@ import torch
 
 from ..errors import NotSimulatedError
 from . import modes, streams
-from .driver import chip, format_bytes
+from .driver import chip
 from .kernels import default_generator
 
-_initialized = False
+LEGACY_ENV = "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS"
+
+#: TorchTPU's list of dtypes accepted by ``torch.autocast("tpu", dtype=...)``.
+AMP_SUPPORTED_DTYPES = [
+    torch.bfloat16, torch.bool, torch.complex128, torch.complex64, torch.float16,
+    torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e4m3fnuz,
+    torch.float8_e5m2, torch.float8_e5m2fnuz, torch.float8_e8m0fnu, torch.int16, torch.int32,
+    torch.int64, torch.int8, torch.uint16, torch.uint32, torch.uint64, torch.uint8,
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class _TpuDeviceProperties:
     name: str
     total_memory: int
-    multi_processor_count: int
-
-    def __repr__(self) -> str:
-        return (
-            f"_TpuDeviceProperties(name='{self.name}', "
-            f"total_memory={self.total_memory // (1 << 20)}MB, "
-            f"multi_processor_count={self.multi_processor_count})"
-        )
+    multi_processor_count: int = 1
 
 
 def _index(device) -> int:
@@ -48,18 +57,52 @@ def _index(device) -> int:
     elif isinstance(device, int) and not isinstance(device, bool):
         index = device
     else:
-        raise TypeError(f"Expected a device index, 'tpu:N' or torch.device, got {device!r}.")
+        raise TypeError(f"got unrecognized device type: {device!r}")
     if index != 0:
-        raise RuntimeError(
-            f"tpu:{index} is not available: each process drives one chip, always tpu:0 "
-            f"(as with TorchTPU). The simulated topology {chip().topology.name} has "
-            f"{chip().topology.devices} chips; multi-chip work runs one process per chip."
+        raise ValueError(
+            f"Cannot set TPU device to index {index}, current process is bound to device index "
+            "0. Changing the active TPU device within a process is not supported. (Each process "
+            f"drives one chip; the simulated {chip().topology.name} has "
+            f"{chip().topology.devices}: multi-chip work runs one process per chip.)"
         )
     return index
 
 
+_warned: set[str] = set()
+
+
+def _internal(prefer: str, name: str | None = None):
+    """TorchTPU's internal device APIs: only PyTorch itself may call them."""
+
+    def decorate(fn):
+        api = name or fn.__name__
+
+        @functools.wraps(fn)
+        def guarded(*args, **kwargs):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if not (caller == "torch" or caller.startswith("torch.")):
+                if os.environ.get(LEGACY_ENV) != "1":
+                    raise RuntimeError(
+                        f"{api} is internal to TorchTPU and can only be called by the PyTorch "
+                        f"framework (torch and torch_tpu). Use {prefer} instead."
+                    )
+                if api not in _warned:
+                    _warned.add(api)
+                    warnings.warn(
+                        f"<TorchTpu/ApiStage/InternalApi/> {api} is internal to TorchTPU and "
+                        f"may change or be removed without notice. Use {prefer} instead.",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+            return fn(*args, **kwargs)
+
+        return guarded
+
+    return decorate
+
+
 class _TpuModule(types.ModuleType):
-    """A module type so that ``eager_mode`` and ``precision`` can be properties."""
+    """A module type so that ``eager_mode`` and ``allow_excess_precision`` are properties."""
 
     @property
     def eager_mode(self) -> modes.EagerMode:
@@ -68,14 +111,6 @@ class _TpuModule(types.ModuleType):
     @eager_mode.setter
     def eager_mode(self, mode) -> None:
         modes.put_eager_mode(mode)
-
-    @property
-    def precision(self) -> modes.Precision:
-        return modes.SETTINGS.precision
-
-    @precision.setter
-    def precision(self, value) -> None:
-        modes.SETTINGS.precision = modes.as_precision(value)
 
     @property
     def allow_excess_precision(self) -> bool:
@@ -87,162 +122,170 @@ class _TpuModule(types.ModuleType):
             raise TypeError(f"allow_excess_precision must be True or False, got {value!r}.")
         modes.SETTINGS.allow_excess_precision = value
 
+    def __getattr__(self, name: str):
+        raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")
 
-def _functions() -> dict[str, object]:
-    def is_available() -> bool:
-        return True
 
-    def is_initialized() -> bool:
-        return _initialized
+_initialized = False
 
-    def _lazy_init() -> None:
-        global _initialized
-        _initialized = True
 
-    def _is_in_bad_fork() -> bool:
+def _lazy_init() -> None:
+    global _initialized
+    _initialized = True
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+@_internal("torch.accelerator.is_available")
+def is_available() -> bool:
+    return True
+
+
+@_internal("torch.accelerator.device_count")
+def device_count() -> int:
+    return 1
+
+
+@_internal("torch.accelerator.current_device_index")
+def current_device() -> int:
+    return 0
+
+
+@_internal("torch.accelerator.set_device_index")
+def set_device(device) -> None:
+    _index(device)
+
+
+class device:  # noqa: N801 - TorchTPU's (and torch.cuda's) spelling
+    """Select a device inside the block; only ``tpu:0`` exists in a process."""
+
+    @_internal("torch.accelerator.device_index", name="device")
+    def __init__(self, device) -> None:
+        self.idx = _index(device)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
         return False
 
-    def device_count() -> int:
-        return 1
 
-    def current_device() -> int:
-        return 0
+class device_of:  # noqa: N801
+    """The device of a tensor, as a context manager (a no-op for non-"tpu" tensors)."""
 
-    def set_device(device) -> None:
-        _index(device)
+    def __init__(self, obj) -> None:
+        self.idx = _index(obj.get_device()) if obj.device.type == "tpu" else -1
 
-    class device:  # noqa: N801 - the torch.cuda.device spelling
-        """Context manager selecting a device; only ``tpu:0`` exists in this process."""
+    def __enter__(self):
+        return self
 
-        def __init__(self, device) -> None:
-            self.idx = _index(device)
+    def __exit__(self, *exc: object) -> bool:
+        return False
 
-        def __enter__(self):
-            return self
 
-        def __exit__(self, *exc: object) -> bool:
-            return False
+def get_device_name(device=None) -> str:
+    return chip().name
 
-    class device_of(device):  # noqa: N801
-        def __init__(self, obj) -> None:
-            super().__init__(obj.get_device() if obj.device.type == "tpu" else None)
 
-    def get_device_name(device=None) -> str:
-        _index(device)
-        return chip().name
+def get_device_properties(device=None) -> _TpuDeviceProperties:
+    return _TpuDeviceProperties(chip().name, chip().capacity)
 
-    def get_device_properties(device=None) -> _TpuDeviceProperties:
-        _index(device)
-        return _TpuDeviceProperties(chip().name, chip().capacity, 1)
 
-    def get_amp_supported_dtype() -> list[torch.dtype]:
-        return [torch.bfloat16, torch.float16]
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return list(AMP_SUPPORTED_DTYPES)
 
-    def is_bf16_supported(including_emulation: bool = True) -> bool:
-        return True
 
-    def synchronize(device=None) -> None:
-        _index(device)
+@_internal("torch.accelerator.synchronize")
+def synchronize(device=None) -> None:
+    _index(device)
 
-    def manual_seed(seed) -> None:
-        default_generator.manual_seed(int(seed))
 
-    def manual_seed_all(seed) -> None:
-        default_generator.manual_seed(int(seed))
+def manual_seed(seed: int) -> None:
+    default_generator.manual_seed(int(seed))
 
-    def seed() -> None:
-        default_generator.seed()
 
-    def seed_all() -> None:
-        default_generator.seed()
+def manual_seed_all(seed: int) -> None:
+    default_generator.manual_seed(int(seed))
 
-    def initial_seed() -> int:
-        return default_generator.initial_seed()
 
-    def get_rng_state(device="tpu") -> torch.Tensor:
-        _index(device)
-        return default_generator.get_state()
+@_internal("torch.accelerator.random.initial_seed")
+def initial_seed() -> int:
+    return default_generator.initial_seed()
 
-    def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
-        _index(device)
-        default_generator.set_state(new_state)
 
-    def get_rng_state_all() -> list[torch.Tensor]:
-        return [default_generator.get_state()]
-
-    def set_rng_state_all(new_states) -> None:
-        default_generator.set_state(new_states[0])
-
-    def topology_aware_mesh(mesh_shape=None, mesh_dim_names=None):
-        """A DeviceMesh over the chips of the process group, laid out by the topology."""
-        import torch.distributed as dist
-
-        if not (dist.is_available() and dist.is_initialized()):
-            topo = chip().topology
-            raise RuntimeError(
-                "topology_aware_mesh needs torch.distributed initialised with one process per "
-                f"chip (the simulated {topo.name} has {topo.devices}); in this single process "
-                "there is only tpu:0."
-            )
-        from torch.distributed.device_mesh import init_device_mesh
-
-        shape = tuple(mesh_shape) if mesh_shape is not None else (dist.get_world_size(),)
-        names = tuple(mesh_dim_names) if mesh_dim_names is not None else None
-        return init_device_mesh("tpu", shape, mesh_dim_names=names)
-
-    # Memory (torch.cuda-style names, used by accelerate and transformers).
-    def memory_allocated(device=None) -> int:
-        _index(device)
-        return chip().stats().live
-
-    def max_memory_allocated(device=None) -> int:
-        _index(device)
-        return chip().stats().peak
-
-    def reset_peak_memory_stats(device=None) -> None:
-        _index(device)
-        chip().reset_peak()
-
-    def mem_get_info(device=None) -> tuple[int, int]:
-        _index(device)
-        stats = chip().stats()
-        return stats.free, stats.capacity
-
-    def memory_stats(device=None) -> dict[str, int]:
-        _index(device)
-        s = chip().stats()
-        return {
-            "allocated_bytes.all.current": s.live,
-            "allocated_bytes.all.peak": s.peak,
-            "num_alloc_retries": 0,
-            "num_ooms": s.ooms,
-            "allocation.all.allocated": s.allocations,
-        }
-
-    def empty_cache() -> None:
-        """Nothing is cached: a freed tensor's HBM is returned at once."""
-
-    def _hbm_usage_summary(device=None) -> str:
-        _index(device)
-        s = chip().stats()
-        return (
-            f"tpu:0 {chip().name}: {format_bytes(s.live)} / {format_bytes(s.capacity)} HBM in use "
-            f"({100 * s.live / s.capacity:.1f}%), peak {format_bytes(s.peak)}"
+def _rng_device(device) -> None:
+    if isinstance(device, str | torch.device) and torch.device(device).type != "tpu":
+        raise ValueError(
+            f"expected device type 'tpu' for RNG state access, got '{torch.device(device).type}'"
         )
+    _index(device)
 
-    return {k: v for k, v in locals().items() if callable(v) and not k.startswith("__")}
+
+@_internal("torch.accelerator.random.get_rng_state")
+def get_rng_state(device="tpu") -> torch.Tensor:
+    _rng_device(device)
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
+    _rng_device(device)
+    default_generator.set_state(new_state)
+
+
+def _mesh(mesh_shape, dcn_mesh_shape=None) -> torch.Tensor:
+    devices = chip().topology.devices
+    shape = tuple(mesh_shape)
+    if dcn_mesh_shape is not None:
+        raise NotSimulatedError(
+            "dcn_mesh_shape describes a multi-host slice; the bundled device simulates one host."
+        )
+    if math.prod(shape) != devices:
+        raise ValueError(
+            f"mesh_shape {shape} has {math.prod(shape)} devices but the simulated "
+            f"{chip().topology.name} has {devices}."
+        )
+    return torch.arange(devices, dtype=torch.int64).reshape(shape)
+
+
+def topology_aware_mesh(
+    mesh_shape, *, dcn_mesh_shape=None, allow_split_physical_axes=False, contiguous_submeshes=False
+) -> torch.Tensor:
+    """Global ranks laid out as ``mesh_shape`` over the host's chips (deprecated in 0.2.0)."""
+    warnings.warn(
+        "<TorchTpu/ApiStage/DeprecatedApi/> topology_aware_mesh is deprecated as of TorchTPU "
+        "0.2.0 and will be removed in a future release: Use "
+        "torch.tpu.distributed.topology_aware_mesh instead.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _mesh(mesh_shape, dcn_mesh_shape)
+
+
+def _hbm_usage_summary() -> str:
+    """TorchTPU's text: HBM held by compiled executables (none on the bundled device)."""
+    from .compile_backend import compiled_graphs
+
+    return f"CompilationCache HBM usage: 0B for {compiled_graphs()} executables."
 
 
 class _NotSimulated(types.ModuleType):
     """A TorchTPU submodule whose functions need real hardware."""
 
-    def __init__(self, name: str, available: tuple[str, ...]) -> None:
+    def __init__(self, name: str, names: tuple[str, ...], **available) -> None:
         super().__init__(f"torch.tpu.{name}")
-        self.__all__ = list(available)
+        self.__all__ = sorted({*names, *available})
+        for attr, value in available.items():
+            setattr(self, attr, value)
 
     def __getattr__(self, attr: str):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
+        if attr.startswith("__") or attr not in self.__all__:
+            raise AttributeError(f"module '{self.__name__}' has no attribute '{attr}'")
         raise NotSimulatedError(
             f"{self.__name__}.{attr} runs only on a real TPU with TorchTPU "
             "(pip install 'tpu-lab[tpu]' on a TPU VM); the bundled device does not simulate it."
@@ -250,53 +293,76 @@ class _NotSimulated(types.ModuleType):
 
 
 @contextmanager
-def _custom_compiler_options(**options):
+def _custom_compiler_options(options: dict[str, str]):
     """Accepted and ignored: the bundled device has no XLA compiler to pass them to."""
-    yield options
+    if not isinstance(options, dict):
+        raise TypeError(f"custom_compiler_options expects a dict of strings, got {options!r}.")
+    yield
 
 
 def _submodules() -> dict[str, types.ModuleType]:
-    compiler = types.ModuleType("torch.tpu.compiler")
-    compiler.custom_compiler_options = _custom_compiler_options
     return {
-        "compiler": compiler,
+        "compiler": _NotSimulated("compiler", (), custom_compiler_options=_custom_compiler_options),
         "distributed": _NotSimulated(
             "distributed",
-            (
-                "set_tpu_launch_env",
-                "spmd_safe",
-                "topology_aware_mesh",
-                "window_num_stripes",
-                "window_stripe_chunk_mb",
+            ("set_tpu_launch_env", "spmd_safe", "window_num_stripes", "window_stripe_chunk_mb"),
+            topology_aware_mesh=lambda mesh_shape, *, dcn_mesh_shape=None, **_: _mesh(
+                mesh_shape, dcn_mesh_shape
             ),
         ),
         "ops": _NotSimulated(
-            "ops", ("splash_sdpa", "ragged_dot", "all_gather_dim", "reduce_scatter_dim")
-        ),
+            "ops",
+            (
+                "align_jagged_to_multiple",
+                "all_gather_dim",
+                "max_pool1d",
+                "max_pool2d",
+                "max_pool3d",
+                "optimization_barrier",
+                "ragged_all_to_all",
+                "ragged_dot",
+                "ragged_dot_weight_grad",
+                "recv",
+                "reduce_scatter_dim",
+                "send",
+                "sparse_dense_matmul",
+                "sparse_gather",
+                "splash_sdpa",
+                "strip_jagged_padding",
+            ),
+        ),  # fmt: skip
         "optimizers": _NotSimulated(
             "optimizers", ("AdamW", "Muon", "Optimizer", "Sgd", "SingleTraceTrainer")
         ),
-        "pallas": _NotSimulated("pallas", ()),
+        "pallas": _NotSimulated("pallas", ("get_pallas_mesh", "jax_op")),
         "profiler": _NotSimulated("profiler", ("TpuProfilerConfig",)),
     }
+
+
+_FUNCTIONS = (
+    _lazy_init, is_initialized, _is_in_bad_fork, is_available, device_count, current_device,
+    set_device, device, device_of, get_device_name, get_device_properties,
+    get_amp_supported_dtype, synchronize, manual_seed, manual_seed_all, initial_seed,
+    get_rng_state, set_rng_state, topology_aware_mesh, _hbm_usage_summary,
+)  # fmt: skip
 
 
 def build() -> _TpuModule:
     """A fresh ``torch.tpu`` module object for the bundled device."""
     module = _TpuModule("torch.tpu", "torch.tpu on tpu_lab's bundled (simulated) device.")
-    for name, fn in _functions().items():
-        setattr(module, name, fn)
+    for fn in _FUNCTIONS:
+        setattr(module, fn.__name__, fn)
     module.EagerMode = modes.EagerMode
     module.Precision = modes.Precision
     module.set_eager_mode = modes.set_eager_mode
+    module.precision = modes.precision
     module.Stream = streams.Stream
     module.Event = streams.Event
     module.stream = streams.stream
-    module.set_stream = streams.set_stream
-    module.current_stream = streams.current_stream
+    module.set_stream = _internal("torch.accelerator.set_stream")(streams.set_stream)
+    module.current_stream = _internal("torch.accelerator.current_stream")(streams.current_stream)
     module.default_stream = streams.default_stream
     module.default_generators = (default_generator,)
-    module.simulated = True
     for name, sub in _submodules().items():
         setattr(module, name, sub)
         sys.modules[f"torch.tpu.{name}"] = sub

@@ -30,10 +30,17 @@ class DeviceStatus:
             f"device    tpu:0 = {self.device_name}\n"
             f"topology  {self.topology} {self.topology_shape}, {self.chips} chips; "
             f"this process drives {self.devices_in_process}\n"
-            f"HBM       {format_bytes(m.live)} / {format_bytes(m.capacity)} in use, "
-            f"peak {format_bytes(m.peak)}\n"
+            f"HBM       {_usage(m)}\n"
             f"eager     {self.eager_mode}"
         )
+
+
+def _usage(m: MemoryStats) -> str:
+    if not m.measured:
+        return f"{format_bytes(m.capacity)} per chip; usage not reported by this backend"
+    return (
+        f"{format_bytes(m.live)} / {format_bytes(m.capacity)} in use, peak {format_bytes(m.peak)}"
+    )
 
 
 class Backend(abc.ABC):
@@ -57,4 +64,4 @@ class Backend(abc.ABC):
     def synchronize(self) -> None:
         import torch
 
-        torch.tpu.synchronize()
+        torch.accelerator.synchronize()

@@ -56,11 +56,10 @@ def _choice() -> str:
 def _torchtpu_has_chip() -> bool:
     import torch
 
-    tpu = getattr(torch, "tpu", None)
-    try:
-        return bool(tpu is not None and tpu.is_available() and tpu.device_count() > 0)
-    except RuntimeError:
-        return False
+    accelerator = torch.accelerator.current_accelerator()
+    return (
+        accelerator is not None and accelerator.type == "tpu" and torch.accelerator.is_available()
+    )
 
 
 def _pick() -> Backend:

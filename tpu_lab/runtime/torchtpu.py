@@ -19,11 +19,20 @@ class TorchTPUBackend(Backend):
     simulated = False
 
     def memory(self) -> MemoryStats:
-        tpu = torch.tpu
-        capacity = tpu.get_device_properties(0).total_memory
-        live = tpu.memory_allocated(0) if hasattr(tpu, "memory_allocated") else 0
-        peak = tpu.max_memory_allocated(0) if hasattr(tpu, "max_memory_allocated") else live
-        return MemoryStats(capacity=capacity, live=live, peak=peak, allocations=0, ooms=0)
+        capacity = torch.tpu.get_device_properties().total_memory
+        try:  # TorchTPU 0.2.0 has no memory API on torch.tpu; ask torch.accelerator
+            stats = torch.accelerator.memory_stats()
+        except RuntimeError:
+            stats = {}
+        if "allocated_bytes.all.current" not in stats:
+            return MemoryStats(capacity, 0, 0, 0, 0, measured=False)
+        return MemoryStats(
+            capacity,
+            stats["allocated_bytes.all.current"],
+            stats.get("allocated_bytes.all.peak", 0),
+            stats.get("allocation.all.allocated", 0),
+            stats.get("num_ooms", 0),
+        )
 
     def status(self) -> DeviceStatus:
         tpu = torch.tpu
@@ -31,11 +40,11 @@ class TorchTPUBackend(Backend):
         return DeviceStatus(
             backend=f"TorchTPU {_version()}",
             simulated=False,
-            device_name=tpu.get_device_name(0),
+            device_name=tpu.get_device_name(),
             topology=mesh[0],
             topology_shape=mesh[1],
             chips=mesh[2],
-            devices_in_process=tpu.device_count(),
+            devices_in_process=torch.accelerator.device_count(),
             memory=self.memory(),
             eager_mode=getattr(tpu.eager_mode, "name", str(tpu.eager_mode)),
         )

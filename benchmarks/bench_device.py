@@ -1,0 +1,159 @@
+"""Benchmarks of the bundled "tpu" device against plain CPU PyTorch, measured side by side.
+
+Every figure is a ratio of two timings taken in the same run, interleaved, median of several
+repeats, so that a noisy machine moves both sides alike. Run: ``python benchmarks/bench_device.py``
+(``--quick`` for fewer repeats). The bundled device executes on the CPU: these ratios measure
+the simulation's overhead, never TPU speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import tpu_lab  # noqa: F401  (installs the "tpu" device)
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def side_by_side(cpu_fn, tpu_fn, repeats: int) -> tuple[float, float]:
+    """Median seconds of ``cpu_fn`` and ``tpu_fn``, interleaved, after one warm-up each."""
+    cpu_fn(), tpu_fn()
+    cpu, tpu = [], []
+    for _ in range(repeats):
+        cpu.append(_timed(cpu_fn))
+        tpu.append(_timed(tpu_fn))
+    return statistics.median(cpu), statistics.median(tpu)
+
+
+def _row(name: str, cpu: float, tpu: float, target: str, ratio: float | None = None) -> None:
+    ratio = tpu / cpu if ratio is None else ratio
+    print(f"{name:<46} {cpu * 1e3:>10.2f} {tpu * 1e3:>10.2f} {ratio:>7.2f}x   {target}")
+
+
+def bench_generate(repeats: int) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as folder:
+        LlamaForCausalLM(config).save_pretrained(folder)
+        cpu_model = LlamaForCausalLM.from_pretrained(folder).eval()
+        tpu_model = LlamaForCausalLM.from_pretrained(folder, device_map="tpu").eval()
+    ids = torch.randint(0, 256, (1, 8))
+    ids_tpu = ids.to("tpu")
+    kw = {"max_new_tokens": 32, "min_new_tokens": 32, "do_sample": False}
+    cpu, tpu = side_by_side(
+        lambda: cpu_model.generate(ids, **kw), lambda: tpu_model.generate(ids_tpu, **kw), repeats
+    )
+    _row("tiny-Llama greedy generate (32 tokens)", cpu, tpu, "target <= 2.0x")
+
+
+def bench_100m_forward(repeats: int) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cpu_model = GPT2LMHeadModel(GPT2Config()).eval()  # GPT-2 small: 124M parameters
+    n = sum(p.numel() for p in cpu_model.parameters())
+    tpu_model = GPT2LMHeadModel(GPT2Config()).eval()
+    tpu_model.load_state_dict(cpu_model.state_dict())
+    tpu_model.to("tpu")
+    ids = torch.randint(0, 50257, (1, 128))
+    ids_tpu = ids.to("tpu")
+    with torch.no_grad():
+        cpu, tpu = side_by_side(
+            lambda: cpu_model(ids).logits, lambda: tpu_model(ids_tpu).logits, repeats
+        )
+    _row(f"GPT-2 small forward ({n / 1e6:.0f}M params, 128 tokens)", cpu, tpu, "target <= 1.1x")
+
+
+def bench_matmul(repeats: int) -> None:
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    at, bt = a.to("tpu"), b.to("tpu")
+    cpu, tpu = side_by_side(lambda: a @ b, lambda: (at @ bt), repeats)
+    flops = 2 * 2048**3
+    print(f"{'2048^2 fp32 matmul GFLOP/s':<46} {flops / cpu / 1e9:>10.1f} {flops / tpu / 1e9:>10.1f}"
+          f" {cpu / tpu:>7.2f}x   throughput ratio, target >= 0.95")
+
+
+def bench_compile_unet(repeats: int) -> None:
+    from diffusers import UNet2DModel
+
+    torch.manual_seed(0)
+    config = {
+        "sample_size": 32, "in_channels": 3, "out_channels": 3, "layers_per_block": 1,
+        "block_out_channels": (32, 64), "norm_num_groups": 8,
+        "down_block_types": ("DownBlock2D", "AttnDownBlock2D"),
+        "up_block_types": ("AttnUpBlock2D", "UpBlock2D"),
+    }
+    cpu_unet = UNet2DModel(**config).eval()
+    tpu_unet = UNet2DModel(**config).eval()
+    tpu_unet.load_state_dict(cpu_unet.state_dict())
+    tpu_unet.to("tpu")
+    x, t = torch.randn(4, 3, 32, 32), torch.tensor([10])
+    xt, tt = x.to("tpu"), t.to("tpu")
+    compiled = torch.compile(tpu_unet, backend="tpu", fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        start = time.perf_counter()
+        compiled(xt, tt)
+        first = time.perf_counter() - start
+        cpu, tpu = side_by_side(
+            lambda: cpu_unet(x, t).sample, lambda: compiled(xt, tt).sample, repeats
+        )
+        _, tpu_eager = side_by_side(lambda: None, lambda: tpu_unet(xt, tt).sample, repeats)
+    _row("UNet step: compile(backend='tpu') vs CPU eager", cpu, tpu, "target < 1.0x")
+    _row("UNet step: 'tpu' eager vs CPU eager", cpu, tpu_eager, "(for reference)")
+    print(f"{'':<46} first compiled call (compile time): {first:.1f} s")
+
+
+def bench_import(repeats: int) -> None:
+    def run(code: str) -> float:
+        best = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            best.append(time.perf_counter() - start)
+        return statistics.median(best)
+
+    torch_only = run("import torch")
+    with_lab = run("import torch, tpu_lab; torch.ones(1, device='tpu')")
+    extra = with_lab - torch_only
+    print(f"{'import tpu_lab beyond import torch (s)':<46} {torch_only:>10.2f} {with_lab:>10.2f}"
+          f" {extra:>7.2f}s   target <= 1.0 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument(
+        "--only", choices=["generate", "forward", "matmul", "compile", "import"], action="append"
+    )
+    args = parser.parse_args()
+    repeats = 3 if args.quick else 7
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          "ratio = tpu / cpu (lower is better) unless noted")
+    print(f"{'benchmark':<46} {'cpu ms':>10} {'tpu ms':>10} {'ratio':>8}")
+    benches = {
+        "generate": bench_generate, "forward": bench_100m_forward, "matmul": bench_matmul,
+        "compile": bench_compile_unet, "import": bench_import,
+    }
+    for name, bench in benches.items():
+        if not args.only or name in args.only:
+            bench(repeats)
+
+
+if __name__ == "__main__":
+    main()

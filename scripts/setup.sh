@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Create .venv and install tpu_lab with the extras named in $1 (default: hf).
+# torch comes from PyTorch's CPU wheel index when it is reachable, so that a machine without
+# a GPU never downloads the multi-GB CUDA build; elsewhere pip's configured indexes are used.
+set -euo pipefail
+extras="${1:-hf}"
+venv="${VENV:-.venv}"
+python="${PYTHON:-python3}"
+cpu_index="${TORCH_CPU_INDEX-https://download.pytorch.org/whl/cpu}"
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip)
+"${pip[@]}" install --quiet --upgrade pip
+
+torch_args=("torch==2.13.0")
+if [ -n "$cpu_index" ] && "$venv/bin/python" - "$cpu_index" <<'PY'
+import sys, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1] + "/torch/", timeout=5)
+except Exception:
+    sys.exit(1)
+PY
+then
+    torch_args+=(--extra-index-url "$cpu_index")
+fi
+"${pip[@]}" install --quiet "${torch_args[@]}"
+"${pip[@]}" install --quiet -e ".[${extras}]"
+echo "tpu_lab installed in $venv with extras [$extras]"
