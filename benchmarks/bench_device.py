@@ -45,8 +45,13 @@ def bench_generate(repeats: int) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
     )
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
@@ -83,10 +88,12 @@ def bench_100m_forward(repeats: int) -> None:
 def bench_matmul(repeats: int) -> None:
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     at, bt = a.to("tpu"), b.to("tpu")
-    cpu, tpu = side_by_side(lambda: a @ b, lambda: (at @ bt), repeats)
+    cpu, tpu = side_by_side(lambda: a @ b, lambda: at @ bt, repeats)
     flops = 2 * 2048**3
-    print(f"{'2048^2 fp32 matmul GFLOP/s':<46} {flops / cpu / 1e9:>10.1f} {flops / tpu / 1e9:>10.1f}"
-          f" {cpu / tpu:>7.2f}x   throughput ratio, target >= 0.95")
+    print(
+        f"{'2048^2 fp32 matmul GFLOP/s':<46} {flops / cpu / 1e9:>10.1f} {flops / tpu / 1e9:>10.1f}"
+        f" {cpu / tpu:>7.2f}x   throughput ratio, target >= 0.95"
+    )
 
 
 def bench_compile_unet(repeats: int) -> None:
@@ -94,8 +101,12 @@ def bench_compile_unet(repeats: int) -> None:
 
     torch.manual_seed(0)
     config = {
-        "sample_size": 32, "in_channels": 3, "out_channels": 3, "layers_per_block": 1,
-        "block_out_channels": (32, 64), "norm_num_groups": 8,
+        "sample_size": 32,
+        "in_channels": 3,
+        "out_channels": 3,
+        "layers_per_block": 1,
+        "block_out_channels": (32, 64),
+        "norm_num_groups": 8,
         "down_block_types": ("DownBlock2D", "AttnDownBlock2D"),
         "up_block_types": ("AttnUpBlock2D", "UpBlock2D"),
     }
@@ -131,8 +142,10 @@ def bench_import(repeats: int) -> None:
     torch_only = run("import torch")
     with_lab = run("import torch, tpu_lab; torch.ones(1, device='tpu')")
     extra = with_lab - torch_only
-    print(f"{'import tpu_lab beyond import torch (s)':<46} {torch_only:>10.2f} {with_lab:>10.2f}"
-          f" {extra:>7.2f}s   target <= 1.0 s")
+    print(
+        f"{'import tpu_lab beyond import torch (s)':<46} {torch_only:>10.2f} {with_lab:>10.2f}"
+        f" {extra:>7.2f}s   target <= 1.0 s"
+    )
 
 
 def main() -> None:
@@ -143,12 +156,17 @@ def main() -> None:
     )
     args = parser.parse_args()
     repeats = 3 if args.quick else 7
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          "ratio = tpu / cpu (lower is better) unless noted")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        "ratio = tpu / cpu (lower is better) unless noted"
+    )
     print(f"{'benchmark':<46} {'cpu ms':>10} {'tpu ms':>10} {'ratio':>8}")
     benches = {
-        "generate": bench_generate, "forward": bench_100m_forward, "matmul": bench_matmul,
-        "compile": bench_compile_unet, "import": bench_import,
+        "generate": bench_generate,
+        "forward": bench_100m_forward,
+        "matmul": bench_matmul,
+        "compile": bench_compile_unet,
+        "import": bench_import,
     }
     for name, bench in benches.items():
         if not args.only or name in args.only:

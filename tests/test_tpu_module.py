@@ -125,9 +125,11 @@ def test_precision_is_a_context_manager():
     assert [(p.name, p.value) for p in P] == [("DEFAULT", 0), ("HIGH", 1), ("HIGHEST", 2)]
     with torch.tpu.precision(P.HIGHEST):
         pass
-    with pytest.raises(ValueError, match="expected to be one of 'PrecisionConfig.DEFAULT'"):
-        with torch.tpu.precision("fast"):
-            pass
+    with (
+        pytest.raises(ValueError, match="expected to be one of 'PrecisionConfig.DEFAULT'"),
+        torch.tpu.precision("fast"),
+    ):
+        pass
     assert torch.tpu.allow_excess_precision is False
     with pytest.raises(TypeError, match="allow_excess_precision must be True or False"):
         torch.tpu.allow_excess_precision = "yes"

@@ -87,9 +87,9 @@ class Chip:
             f"RESOURCE_EXHAUSTED: TPU out of memory allocating {format_bytes(nbytes)} on tpu:0 "
             f"({self.name}, {self.topology.name}). Ran out of memory in memory space hbm. "
             f"Used {format_bytes(self.live)} of {format_bytes(self.capacity)} hbm. Exceeded hbm "
-            f"capacity by {format_bytes(excess)}. Free tensors you no longer need (del them), use a "
-            f"smaller batch or dtype (bfloat16), shard the model over more chips, or choose a "
-            f"generation with more HBM (tpu_lab.use_topology('v5p-1'))."
+            f"capacity by {format_bytes(excess)}. Free tensors you no longer need (del them), "
+            "use a smaller batch or dtype (bfloat16), shard the model over more chips, or "
+            f"choose a generation with more HBM (tpu_lab.use_topology('v5p-1'))."
         )
 
     def stats(self) -> MemoryStats:

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 
 import torch
 
-
 _NOT_IMPLEMENTED = (
     "Streams and Events are not fully implemented in TorchTPU. Please file a feature request "
     "describing your use case."
