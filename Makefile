@@ -1,6 +1,7 @@
 # Two commands for a new user on a fresh machine:
 #   make run    set up .venv and run the main job (doctor + terminal tour of the "tpu" device)
-#   make test   set up .venv with the test dependencies and run every test
+#   make test   set up .venv with the test dependencies (and .venv-torchtpu with the real
+#               torch-tpu, for the contract tests) and run every test
 VENV ?= .venv
 PYTEST_ARGS ?=
 
@@ -13,6 +14,7 @@ run:
 
 test:
 	VENV=$(VENV) scripts/setup.sh dev
+	scripts/setup_torchtpu_env.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 

@@ -117,8 +117,8 @@ def test_doctor_reports_the_conflict_with_its_fix(fake_torch_tpu):
         path=[fake_torch_tpu],
     )
     assert out.returncode == 1
-    assert "PROBLEM: no 'tpu' backend can run in this process." in out.stdout
-    assert "fix: torch_tpu is loaded" in out.stdout
+    assert "PROBLEM: torch_tpu is loaded in this process" in out.stdout
+    assert "fix: start Python with TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out.stdout
 
 
 def test_doctor_on_a_healthy_machine():

@@ -94,6 +94,7 @@ def test_eager_mode_property_and_context_manager_restore_on_exceptions():
         "DEFER_AND_FUSE": 0,
         "DEFER_NEVER": 1,
         "DEFER_NEVER_AND_LAUNCH_BLOCKING": 2,
+        "_INTERNAL_COMPILE_FX_GRAPH": 4,
     }
     assert torch.tpu.eager_mode is E.DEFER_NEVER
     with pytest.raises(KeyError), torch.tpu.set_eager_mode(E.DEFER_AND_FUSE):

@@ -94,7 +94,8 @@ def diagnose() -> Report:
     active = select.activate()
     if active is None:
         r.rows.append(("backend", "none"))
-        r.problems.append(("no 'tpu' backend can run in this process.", select.conflict()))
+        problem, _, fix = select.conflict().partition(" Fix: ")
+        r.problems.append((problem, fix or "see the message above."))
     else:
         s = active.status()
         r.rows.append(("backend", s.backend + (" (simulated)" if s.simulated else "")))

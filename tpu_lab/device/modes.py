@@ -17,6 +17,7 @@ class EagerMode(enum.Enum):
     DEFER_AND_FUSE = 0
     DEFER_NEVER = 1
     DEFER_NEVER_AND_LAUNCH_BLOCKING = 2
+    _INTERNAL_COMPILE_FX_GRAPH = 4
 
 
 class Precision(enum.IntEnum):

@@ -125,6 +125,9 @@ class _TpuModule(types.ModuleType):
     def __getattr__(self, name: str):
         raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), "eager_mode", "allow_excess_precision"})
+
 
 _initialized = False
 
@@ -283,6 +286,9 @@ class _NotSimulated(types.ModuleType):
         for attr, value in available.items():
             setattr(self, attr, value)
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self.__all__})
+
     def __getattr__(self, attr: str):
         if attr.startswith("__") or attr not in self.__all__:
             raise AttributeError(f"module '{self.__name__}' has no attribute '{attr}'")
@@ -300,6 +306,19 @@ def _custom_compiler_options(options: dict[str, str]):
     yield
 
 
+# torch.tpu.ops in TorchTPU 0.2.0: TPU kernels with no CPU counterpart to simulate.
+_OPS = (
+    "align_jagged_to_multiple", "all_gather_dim", "max_pool1d", "max_pool1d_backward",
+    "max_pool2d", "max_pool2d_backward", "max_pool3d", "max_pool3d_backward",
+    "optimization_barrier", "ragged_all_to_all", "ragged_dot", "ragged_dot_weight_grad", "recv",
+    "reduce_scatter_dim", "send", "sparse_dense_matmul", "sparse_dense_matmul_activation_unstack",
+    "sparse_dense_matmul_grad_with_adagrad", "sparse_dense_matmul_grad_with_adam",
+    "sparse_dense_matmul_grad_with_sgd", "sparse_dense_matmul_gradient_stack", "sparse_gather",
+    "sparse_gather_backward", "sparse_iota", "sparse_map_row", "splash_sdpa",
+    "strip_jagged_padding",
+)  # fmt: skip
+
+
 def _submodules() -> dict[str, types.ModuleType]:
     return {
         "compiler": _NotSimulated("compiler", (), custom_compiler_options=_custom_compiler_options),
@@ -310,27 +329,7 @@ def _submodules() -> dict[str, types.ModuleType]:
                 mesh_shape, dcn_mesh_shape
             ),
         ),
-        "ops": _NotSimulated(
-            "ops",
-            (
-                "align_jagged_to_multiple",
-                "all_gather_dim",
-                "max_pool1d",
-                "max_pool2d",
-                "max_pool3d",
-                "optimization_barrier",
-                "ragged_all_to_all",
-                "ragged_dot",
-                "ragged_dot_weight_grad",
-                "recv",
-                "reduce_scatter_dim",
-                "send",
-                "sparse_dense_matmul",
-                "sparse_gather",
-                "splash_sdpa",
-                "strip_jagged_padding",
-            ),
-        ),  # fmt: skip
+        "ops": _NotSimulated("ops", _OPS),
         "optimizers": _NotSimulated(
             "optimizers", ("AdamW", "Muon", "Optimizer", "Sgd", "SingleTraceTrainer")
         ),
