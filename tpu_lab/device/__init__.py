@@ -50,6 +50,8 @@ def install() -> None:
             attention,
             autocast,
             compile_backend,
+            composite,
+            generator,
             kernels,
             storage,
             tpu_module,
@@ -60,8 +62,10 @@ def install() -> None:
         lib = torch.library.Library("aten", "IMPL")
         kernels.register(lib)
         attention.register(lib)
+        composite.register(lib)
         autocast.register(lib, fallback)
         storage.install()
         accelerator.install()
+        generator.install()
         compile_backend.register()
         _libraries.extend([fallback, lib])

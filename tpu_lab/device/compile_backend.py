@@ -46,6 +46,36 @@ def _retarget(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _cpu_twin(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+
+
+def _trace_convolutions_like_the_cpu() -> None:
+    """While tracing, PyTorch asks which convolution backend (and so which memory format)
+    a device uses. The bundled device runs the CPU's kernels, so ask about CPU tensors: the
+    traced strides (channels_last kept, as on the CPU) then match what eager execution gives."""
+    select, memory_format = (
+        torch._C._select_conv_backend,
+        torch._C._conv_determine_backend_memory_format,
+    )
+
+    def select_conv_backend(input, weight, *args, **kwargs):
+        if input.device.type == "tpu":
+            input, weight = _cpu_twin(input), _cpu_twin(weight)
+            kwargs = {
+                k: _cpu_twin(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()
+            }
+        return select(input, weight, *args, **kwargs)
+
+    def determine_memory_format(input, weight, backend):
+        if input.device.type == "tpu":
+            input, weight = _cpu_twin(input), _cpu_twin(weight)
+        return memory_format(input, weight, backend)
+
+    torch._C._select_conv_backend = select_conv_backend
+    torch._C._conv_determine_backend_memory_format = determine_memory_format
+
+
 def _cpu_fake(t):
     if isinstance(t, torch.Tensor):
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
@@ -170,6 +200,7 @@ def _register_with_dynamo() -> None:
     from torch._dynamo.backends.registry import register_backend
 
     register_backend(name="tpu")(tpu_backend)
+    _trace_convolutions_like_the_cpu()
 
 
 def register() -> None:

@@ -49,7 +49,8 @@ class Chip:
     """State of the one chip this process drives (TorchTPU: one chip per process)."""
 
     def __init__(self, topology: Topology, index: int = 0) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: a Block freed by the garbage collector inside charge() releases safely.
+        self._lock = threading.RLock()
         self.topology = topology
         self.index = index
         self.live = 0
@@ -107,6 +108,8 @@ class Block:
     __slots__ = ("tensor", "nbytes", "__weakref__")
 
     def __init__(self, tensor: torch.Tensor, nbytes: int) -> None:
+        self.nbytes = 0  # if the charge raises, __del__ releases nothing
+        _CHIP.charge(nbytes)
         self.tensor = tensor
         self.nbytes = nbytes
 

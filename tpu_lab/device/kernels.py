@@ -73,15 +73,14 @@ def _set_metadata(outer: _Tensor, size, stride, offset: int) -> None:
         )
 
 
-_storage_nbytes = torch.UntypedStorage.nbytes  # the unpatched method: CPU storages only
-_charge = chip().charge
+# The unpatched storage methods (storage.py patches them for "tpu"): for CPU storages only.
+_storage_nbytes = torch.UntypedStorage.nbytes
+storage_data_ptr = torch.UntypedStorage.data_ptr
 
 
 def wrap(inner: _Tensor) -> _Tensor:
     """A new "tpu" tensor whose payload is the CPU tensor ``inner`` (no copy); charges HBM."""
-    nbytes = _storage_nbytes(inner.untyped_storage())
-    _charge(nbytes)
-    block = Block(inner, nbytes)
+    block = Block(inner, _storage_nbytes(inner.untyped_storage()))
     outer = _create_empty(inner.shape, inner.dtype)
     offset = inner.storage_offset()
     if offset or not inner.is_contiguous():
@@ -185,10 +184,32 @@ def _run_view(op, args, kwargs):
 
 
 def _run_compute(op, strict, args, kwargs):
-    uargs = [_unwrap(a, strict) for a in args]
+    uargs = []
+    for a in args:
+        if isinstance(a, _Tensor):
+            block = getattr(a.untyped_storage(), PAYLOAD, None)
+            if block is not None:
+                inner = block.tensor
+                if (
+                    inner.storage_offset() == a.storage_offset()
+                    and inner.stride() == a.stride()
+                    and inner.size() == a.size()
+                    and inner.dtype == a.dtype
+                ):
+                    uargs.append(inner)
+                else:
+                    uargs.append(_view_of(block, a))
+                continue
+        uargs.append(_unwrap(a, strict))
     if kwargs:
         kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
-    return _wrap_results(op(*uargs, **kwargs), args, uargs)
+    out = op(*uargs, **kwargs)
+    if isinstance(out, _Tensor):
+        for i, u in enumerate(uargs):
+            if out is u:  # the CPU kernel returned an input as is
+                return args[i]
+        return wrap(out)
+    return _wrap_results(out, args, uargs)
 
 
 def _run_device_arg(plan, op, args, kwargs):
