@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .driver import PAYLOAD
-from .kernels import _unwrap, _view_of, _wrap_results, storage_data_ptr
+from .kernels import NoPayloadError, _unwrap, _wrap_results, storage_data_ptr
 
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
@@ -25,31 +25,16 @@ _autocast_enabled = torch.is_autocast_enabled
 _RANDOM = frozenset({"feature_dropout", "alpha_dropout", "feature_alpha_dropout", "rrelu"})
 # Composites the device handles with kernels of its own.
 _SKIP = frozenset({"scaled_dot_product_attention"})
-_DECOMPOSE = object()
 
 
-def _payloads(values, grad: bool):
-    """CPU views of the arguments, or ``_DECOMPOSE`` if the op must be decomposed."""
-    out = []
+def _needs_grad(values) -> bool:
     for v in values:
         if isinstance(v, _Tensor):
-            if grad and v.requires_grad:
-                return _DECOMPOSE
-            block = getattr(v.untyped_storage(), PAYLOAD, None)
-            if block is not None:
-                out.append(_view_of(block, v))
-            elif v.is_cpu:
-                out.append(_unwrap(v, True))
-            else:  # a tensor without a payload: fake (tracing) or another device
-                return _DECOMPOSE
-        elif isinstance(v, (list, tuple)):
-            inner = _payloads(v, grad)
-            if inner is _DECOMPOSE:
-                return _DECOMPOSE
-            out.append(type(v)(inner))
-        else:
-            out.append(v)
-    return out
+            if v.requires_grad:
+                return True
+        elif isinstance(v, (list, tuple)) and _needs_grad(v):
+            return True
+    return False
 
 
 def _aliases_input(result, uargs) -> bool:
@@ -62,21 +47,26 @@ def _aliases_input(result, uargs) -> bool:
 
 
 def _kernel(qualname: str):
-    op = None
+    op = call = None
 
     def kernel(*args, **kwargs):
-        nonlocal op
+        nonlocal op, call
         if op is None:
             name, _, overload = qualname.partition(".")
             op = getattr(getattr(torch.ops.aten, name), overload or "default")
-        if not _autocast_enabled("tpu"):
-            grad = _grad_enabled()
-            uargs = _payloads(args, grad)
-            ukwargs = _payloads(kwargs.values(), grad) if kwargs else ()
-            if uargs is not _DECOMPOSE and ukwargs is not _DECOMPOSE:
-                out = op(*uargs, **dict(zip(kwargs, ukwargs, strict=True)))
-                if not _aliases_input(out, uargs):
-                    return _wrap_results(out, args, uargs)
+            call = op._op
+        if not (
+            _autocast_enabled("tpu")
+            or (_grad_enabled() and (_needs_grad(args) or _needs_grad(kwargs.values())))
+        ):
+            try:
+                uargs = [_unwrap(a, True) for a in args]
+                ukwargs = {k: _unwrap(v, True) for k, v in kwargs.items()} if kwargs else kwargs
+            except NoPayloadError:  # tracing: fake tensors decompose as usual
+                return op.decompose(*args, **kwargs)
+            out = call(*uargs, **ukwargs)
+            if not _aliases_input(out, uargs):
+                return _wrap_results(out, args, uargs)
         return op.decompose(*args, **kwargs)
 
     return kernel

@@ -52,15 +52,12 @@ class Chip:
         # Re-entrant: a Block freed by the garbage collector inside charge() releases safely.
         self._lock = threading.RLock()
         self.topology = topology
+        self.capacity = topology.hbm_per_device
         self.index = index
         self.live = 0
         self.peak = 0
         self.allocations = 0
         self.ooms = 0
-
-    @property
-    def capacity(self) -> int:
-        return self.topology.hbm_per_device
 
     @property
     def name(self) -> str:
@@ -139,3 +136,4 @@ def set_topology(topology: Topology) -> None:
     """Switch the simulated topology; live tensors keep their bytes on the new chip."""
     with _CHIP._lock:
         _CHIP.topology = topology
+        _CHIP.capacity = topology.hbm_per_device

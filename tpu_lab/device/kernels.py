@@ -89,8 +89,12 @@ def wrap(inner: _Tensor) -> _Tensor:
     return outer
 
 
+class NoPayloadError(RuntimeError):
+    """A "tpu" tensor without data (a FakeTensor while tracing, or one made by torch internals)."""
+
+
 def _no_payload() -> RuntimeError:
-    return RuntimeError(
+    return NoPayloadError(
         "This 'tpu' tensor has no data: it was created by torch internals outside tpu_lab's "
         "bundled device (for example with torch.UntypedStorage(n, device='tpu')). Create "
         "tensors with torch.empty(..., device='tpu') or x.to('tpu')."
