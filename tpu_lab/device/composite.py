@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from .driver import PAYLOAD
 from .kernels import NoPayloadError, _unwrap, _wrap_results, storage_data_ptr
 
 _Tensor = torch.Tensor
