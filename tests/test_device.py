@@ -152,3 +152,40 @@ def test_module_tpu_and_to():
     assert m.weight.is_tpu
     m.to("cpu")
     assert not m.weight.is_tpu
+
+
+def test_tpu_generator_draws_the_cpus_numbers():
+    g = torch.Generator("tpu").manual_seed(5)
+    assert g.device == torch.device("tpu", 0)
+    assert isinstance(g, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
+    ref = torch.randn(4, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(torch.randn(4, generator=g, device="tpu").cpu(), ref)
+    with pytest.raises(ValueError, match="Cannot set TPU device to index 1"):
+        torch.Generator("tpu:1")
+
+
+def test_composite_ops_keep_aliasing_and_gradients():
+    x = torch.arange(6.0).reshape(2, 3).tpu()
+    with torch.no_grad():
+        view = torch.einsum("ij->ji", x)  # einsum may return a view of its input
+        view[0, 0] = 42.0
+    assert x[0, 0].item() == 42.0  # still a view: the op was decomposed, not copied
+    w = torch.randn(4, 3, requires_grad=True)
+    wt = w.detach().tpu().requires_grad_()
+    torch.nn.functional.linear(x.cpu(), w).sum().backward()
+    torch.nn.functional.linear(x, wt).sum().backward()
+    assert torch.equal(wt.grad.cpu(), w.grad)
+
+
+def test_dropout_matches_cpu_in_every_dtype():
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(64, 64, dtype=dtype, requires_grad=True)
+        xt = x.detach().tpu().requires_grad_()
+        torch.manual_seed(0)
+        a = torch.nn.functional.dropout(x, 0.3)
+        torch.manual_seed(0)
+        b = torch.nn.functional.dropout(xt, 0.3)
+        assert torch.equal(a, b.cpu())
+        a.sum().backward()
+        b.sum().backward()
+        assert torch.equal(x.grad, xt.grad.cpu())
