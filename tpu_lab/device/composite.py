@@ -45,8 +45,19 @@ def _aliases_input(result, uargs) -> bool:
     )
 
 
+# Composites that always return new storage: no need to check their results for aliasing.
+_FRESH = frozenset(
+    {
+        "linear", "bilinear", "matmul", "softmax", "log_softmax", "layer_norm", "group_norm",
+        "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+        "cross_entropy_loss", "nll_loss_nd", "cosine_similarity", "pairwise_distance",
+    }
+)  # fmt: skip
+
+
 def _kernel(qualname: str):
     op = call = None
+    fresh = qualname.partition(".")[0] in _FRESH
 
     def kernel(*args, **kwargs):
         nonlocal op, call
@@ -64,7 +75,7 @@ def _kernel(qualname: str):
             except NoPayloadError:  # tracing: fake tensors decompose as usual
                 return op.decompose(*args, **kwargs)
             out = call(*uargs, **ukwargs)
-            if not _aliases_input(out, uargs):
+            if fresh or not _aliases_input(out, uargs):
                 return _wrap_results(out, args, uargs)
         return op.decompose(*args, **kwargs)
 

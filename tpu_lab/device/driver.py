@@ -7,6 +7,7 @@ HBM before it is attached and released when the storage dies, so the accounting 
 
 from __future__ import annotations
 
+import collections
 import threading
 from dataclasses import dataclass
 
@@ -49,8 +50,11 @@ class Chip:
     """State of the one chip this process drives (TorchTPU: one chip per process)."""
 
     def __init__(self, topology: Topology, index: int = 0) -> None:
-        # Re-entrant: a Block freed by the garbage collector inside charge() releases safely.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        # Frees are queued without the lock (deque.append is atomic), so that a Block freed by
+        # the garbage collector while charge() holds the lock cannot deadlock; the queue is
+        # drained under the lock before every read of ``live``.
+        self._freed: collections.deque[int] = collections.deque()
         self.topology = topology
         self.capacity = topology.hbm_per_device
         self.index = index
@@ -66,7 +70,7 @@ class Chip:
     def charge(self, nbytes: int) -> None:
         """Reserve ``nbytes`` of HBM or raise ``torch.OutOfMemoryError`` (nothing reserved)."""
         with self._lock:
-            live = self.live + nbytes
+            live = self._drain() + nbytes
             if live > self.capacity:
                 self.ooms += 1
                 raise torch.OutOfMemoryError(self._oom_message(nbytes))
@@ -76,8 +80,14 @@ class Chip:
                 self.peak = live
 
     def release(self, nbytes: int) -> None:
-        with self._lock:
-            self.live -= nbytes
+        self._freed.append(nbytes)
+
+    def _drain(self) -> int:
+        """Apply queued frees (call with the lock held); returns ``live``."""
+        freed = self._freed
+        while freed:
+            self.live -= freed.popleft()
+        return self.live
 
     def _oom_message(self, nbytes: int) -> str:
         excess = self.live + nbytes - self.capacity
@@ -92,11 +102,11 @@ class Chip:
 
     def stats(self) -> MemoryStats:
         with self._lock:
-            return MemoryStats(self.capacity, self.live, self.peak, self.allocations, self.ooms)
+            return MemoryStats(self.capacity, self._drain(), self.peak, self.allocations, self.ooms)
 
     def reset_peak(self) -> None:
         with self._lock:
-            self.peak = self.live
+            self.peak = self._drain()
 
 
 class Block:
