@@ -189,3 +189,19 @@ def test_dropout_matches_cpu_in_every_dtype():
         a.sum().backward()
         b.sum().backward()
         assert torch.equal(x.grad, xt.grad.cpu())
+
+
+def test_non_blocking_copies_complete_at_once():
+    x = torch.arange(4.0).tpu()
+    assert x.to("cpu", non_blocking=True).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert torch.ones(2).to("tpu", non_blocking=True).is_tpu
+
+
+def test_ops_that_write_an_argument_return_their_result():
+    x = torch.tensor([-1.0, 2.0, -3.0])
+    torch.manual_seed(0)
+    cpu = torch.nn.functional.rrelu(x, training=True)
+    torch.manual_seed(0)
+    assert torch.equal(torch.nn.functional.rrelu(x.tpu(), training=True).cpu(), cpu)
+    z = torch.tensor([1 + 2j]).tpu()
+    assert (z.conj() + 0).cpu().tolist() == [1 - 2j]

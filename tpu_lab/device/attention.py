@@ -20,7 +20,15 @@ def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
     """The backend the CPU would pick (``_fused_sdp_choice``) for tensors like these."""
     tensors = (q, k, v, attn_mask)
     if all(t is None or hasattr(t.untyped_storage(), PAYLOAD) for t in tensors):
-        twins = [None if t is None else payload(t) for t in tensors]
+        grad = torch.is_grad_enabled()
+        twins = [
+            None
+            if t is None
+            else payload(t).detach().requires_grad_()
+            if grad and t.requires_grad
+            else payload(t)
+            for t in tensors
+        ]
         return aten._fused_sdp_choice.default(
             *twins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
         )

@@ -18,6 +18,7 @@ from .kernels import NoPayloadError, _unwrap, _wrap_results, storage_data_ptr
 
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 _autocast_enabled = torch.is_autocast_enabled
 # Random composites would draw from the CPU generator on the payloads: keep them decomposed so
 # the random ops inside use the device's generator (dropout has a kernel of its own below).
@@ -73,11 +74,16 @@ def _kernel(qualname: str):
                 uargs = [_unwrap(a, True) for a in args]
                 ukwargs = {k: _unwrap(v, True) for k, v in kwargs.items()} if kwargs else kwargs
             except NoPayloadError:  # tracing: fake tensors decompose as usual
-                return op.decompose(*args, **kwargs)
+                return decompose(*args, **kwargs)
             out = call(*uargs, **ukwargs)
             if fresh or not _aliases_input(out, uargs):
                 return _wrap_results(out, args, uargs)
-        return op.decompose(*args, **kwargs)
+        return decompose(*args, **kwargs)
+
+    def decompose(*args, **kwargs):
+        # The C++ decomposition, as the CPU runs it (OpOverload.decompose would prefer a
+        # Python decomposition from torch._decomp where one exists: different rounding).
+        return op._op_dk(_COMPOSITE, *args, **kwargs)
 
     return kernel
 

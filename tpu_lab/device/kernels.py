@@ -108,13 +108,21 @@ def _view_of(block, x: _Tensor) -> _Tensor:
         and inner.stride() == x.stride()
         and inner.size() == x.size()
         and inner.dtype == x.dtype
+        and not (x.is_conj() or x.is_neg())
     ):
         return inner
     if inner.dtype == x.dtype:
-        return inner.as_strided(x.size(), x.stride(), x.storage_offset())
-    return torch.empty(0, dtype=x.dtype).set_(
-        inner.untyped_storage(), x.storage_offset(), x.size(), x.stride()
-    )
+        view = inner.as_strided(x.size(), x.stride(), x.storage_offset())
+    else:
+        view = torch.empty(0, dtype=x.dtype).set_(
+            inner.untyped_storage(), x.storage_offset(), x.size(), x.stride()
+        )
+    # the lazy conjugate / negative bits of a view live on the outer tensor
+    if x.is_conj():
+        view = view.conj()
+    if x.is_neg():
+        view = view._neg_view()
+    return view
 
 
 def payload(x: _Tensor) -> _Tensor:
@@ -136,14 +144,6 @@ def _unwrap(x, strict: bool):
     if isinstance(x, _Tensor):
         block = getattr(x.untyped_storage(), PAYLOAD, None)
         if block is not None:
-            inner = block.tensor
-            if (
-                inner.storage_offset() == x.storage_offset()
-                and inner.stride() == x.stride()
-                and inner.size() == x.size()
-                and inner.dtype == x.dtype
-            ):
-                return inner
             return _view_of(block, x)
         if not x.is_cpu:
             raise _no_payload() if x.device.type == "tpu" else _mixed_devices()
@@ -193,16 +193,7 @@ def _run_compute(op, strict, args, kwargs):
         if isinstance(a, _Tensor):
             block = getattr(a.untyped_storage(), PAYLOAD, None)
             if block is not None:
-                inner = block.tensor
-                if (
-                    inner.storage_offset() == a.storage_offset()
-                    and inner.stride() == a.stride()
-                    and inner.size() == a.size()
-                    and inner.dtype == a.dtype
-                ):
-                    uargs.append(inner)
-                else:
-                    uargs.append(_view_of(block, a))
+                uargs.append(_view_of(block, a))
                 continue
         uargs.append(_unwrap(a, strict))
     if kwargs:
@@ -230,21 +221,30 @@ def _run_to_cpu(op, strict, args, kwargs):
     return op(*uargs, **{k: _unwrap(v, strict) for k, v in kwargs.items()})
 
 
-def _run_mutating(op, strict, writes, args, kwargs):
-    """In-place and ``out=`` ops: mutate the payloads, return the outer tensors."""
+def _run_mutating(op, strict, writes, returns, args, kwargs):
+    """Ops that write to arguments (in-place, ``out=``, running stats): mutate the payloads.
+
+    ``returns`` says, for each result in the schema, which written argument it is (returned as
+    the outer tensor itself) or ``None`` for a new result (wrapped).
+    """
     uargs = [_unwrap(a, strict) for a in args]
     ukwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
     out = op(*uargs, **ukwargs)
-    outers = []
     for where in writes:
         outer = args[where] if isinstance(where, int) else kwargs.get(where)
-        inner = uargs[where] if isinstance(where, int) else ukwargs.get(where)
         if isinstance(outer, _Tensor) and outer.device.type == "tpu":
+            inner = uargs[where] if isinstance(where, int) else ukwargs.get(where)
             _sync_after_write(outer, inner)
-            outers.append(outer)
-    if not outers:
-        return out
-    return outers[0] if len(outers) == 1 else tuple(outers)
+    if not returns:
+        return None
+    outs = out if len(returns) > 1 else (out,)
+    results = []
+    for where, value in zip(returns, outs, strict=True):
+        if where is None:
+            results.append(_wrap_results(value, args, uargs))
+        else:
+            results.append(args[where] if isinstance(where, int) else kwargs[where])
+    return results[0] if len(results) == 1 else tuple(results)
 
 
 def _sync_after_write(outer: _Tensor, inner: _Tensor) -> None:
@@ -353,12 +353,18 @@ def _base_plan(qualname: str):
     if _is_view(schema) or op in _META_SET:
         return partial(_run_view, op)
     if schema.is_mutable:
-        writes = [
-            i if not a.kwarg_only else a.name
+        written = {
+            (i if not a.kwarg_only else a.name): a.alias_info.before_set
             for i, a in enumerate(schema.arguments)
             if a.alias_info is not None and a.alias_info.is_write
+        }
+        returns = [
+            next((w for w, aliases in written.items() if aliases == r.alias_info.before_set), None)
+            if r.alias_info is not None
+            else None
+            for r in schema.returns
         ]
-        return partial(_run_mutating, op, strict, writes)
+        return partial(_run_mutating, op, strict, list(written), returns)
     arg_names = {a.name for a in schema.arguments}
     if "size" in arg_names or name.endswith("_like"):
         return partial(_run_factory, op, schema)
@@ -384,6 +390,18 @@ def _copy_from(src: _Tensor, dst: _Tensor, non_blocking: bool = False) -> _Tenso
     return dst
 
 
+_to_copy_op = aten._to_copy.default
+_EXPLICIT = torch._C.DispatchKey.CompositeExplicitAutograd
+
+
+def _to_copy(*args, **kwargs):
+    """``x.to(...)``: PyTorch's own kernel, with ``non_blocking`` dropped. Every copy on the
+    bundled device completes before it returns, and a non-blocking copy to the CPU would ask
+    the device for pinned host memory, which a Python backend cannot provide."""
+    kwargs["non_blocking"] = False
+    return _to_copy_op._op_dk(_EXPLICIT, *args, **kwargs)
+
+
 def _copy_from_and_resize(src: _Tensor, dst: _Tensor) -> _Tensor:
     if dst.device.type == "tpu":
         inner = payload(dst)
@@ -407,7 +425,10 @@ def _aten_overloads() -> list[str]:
         try:
             if has(full, "PrivateUse1"):
                 continue
-            cpu, composite = has(full, "CPU"), has(full, "CompositeExplicitAutograd")
+            cpu = has(full, "CPU")
+            composite = has(full, "CompositeExplicitAutograd") or has(
+                full, "CompositeExplicitAutogradNonFunctional"
+            )
         except RuntimeError:  # a schema without a registered operator
             continue
         if cpu or (composite and not _is_view(schema)):
@@ -422,4 +443,5 @@ def register(lib: torch.library.Library) -> int:
         lib.m.impl(name, "PrivateUse1", _kernel(name), False)
     lib.m.impl("_copy_from", "PrivateUse1", _copy_from, False)
     lib.m.impl("_copy_from_and_resize", "PrivateUse1", _copy_from_and_resize, False)
-    return len(names) + 2
+    lib.m.impl("_to_copy", "PrivateUse1", _to_copy, False)
+    return len(names) + 3

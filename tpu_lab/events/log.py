@@ -1,0 +1,131 @@
+"""The event log: one ordered, bounded, thread-safe record of what the device did, and why.
+
+Every event is a frozen :class:`Event`. The log keeps the newest ``capacity`` events (older ones
+are dropped and counted), numbers them in order, tags each with the IPython cell that caused it,
+and notifies subscribers. Recording is a few dictionary and deque operations under one lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+#: The kinds of event, in the order a user meets them.
+KINDS = (
+    "compile",
+    "recompile",
+    "cache_hit",
+    "cache_miss",
+    "sync",
+    "transfer",
+    "oom",
+    "mode_change",
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened on the device.
+
+    ``where`` is the user's own ``file:line`` that caused it (never a frame inside torch or
+    tpu_lab); ``cell`` the IPython execution count, when run in IPython; ``details`` holds the
+    kind-specific data (shapes, reasons, bytes, seconds) as plain JSON-able values.
+    """
+
+    seq: int
+    kind: str
+    summary: str
+    time: float
+    cell: int | None = None
+    where: str | None = None
+    details: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), default=str)
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventLog:
+    """A bounded, ordered, thread-safe event log with subscribers."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"An event log needs room for at least 1 event, got {capacity}.")
+        self._lock = threading.Lock()
+        self._events: collections.deque[Event] = collections.deque(maxlen=capacity)
+        self._seq = 0
+        self.dropped = 0
+        self._subscribers: list[Subscriber] = []
+        self.enabled = True
+        self.cell: Callable[[], int | None] = lambda: None
+
+    @property
+    def capacity(self) -> int:
+        return self._events.maxlen or 0
+
+    def record(
+        self, kind: str, summary: str, *, where: str | None = None, **details: Any
+    ) -> Event | None:
+        """Append an event (``None`` when recording is off) and notify subscribers."""
+        if not self.enabled:
+            return None
+        if kind not in KINDS:
+            raise ValueError(f"Unknown event kind {kind!r}; use one of {', '.join(KINDS)}.")
+        cell = self.cell()
+        with self._lock:
+            self._seq += 1
+            event = Event(self._seq, kind, summary, time.time(), cell, where, details)
+            if len(self._events) == self._events.maxlen:
+                self.dropped += 1
+            self._events.append(event)
+            subscribers = self._subscribers
+        for subscriber in subscribers:
+            subscriber(event)
+        return event
+
+    def events(
+        self, kind: str | Iterable[str] | None = None, cell: int | None = None
+    ) -> list[Event]:
+        """The kept events, oldest first, optionally of some kinds or from one cell."""
+        kinds = {kind} if isinstance(kind, str) else set(kind) if kind is not None else None
+        with self._lock:
+            snapshot = list(self._events)
+        return [
+            e
+            for e in snapshot
+            if (kinds is None or e.kind in kinds) and (cell is None or e.cell == cell)
+        ]
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Call ``subscriber(event)`` for every new event; returns a function that unsubscribes."""
+        with self._lock:
+            self._subscribers = [*self._subscribers, subscriber]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = [s for s in self._subscribers if s is not subscriber]
+
+        return unsubscribe
+
+    def clear(self) -> None:
+        with self._lock:
+            self._events.clear()
+            self.dropped = 0
+
+    def write_jsonl(self, file: IO[str]) -> int:
+        """Write the kept events as JSON lines; returns how many."""
+        events = self.events()
+        for event in events:
+            file.write(event.to_json() + "\n")
+        return len(events)
+
+    def __len__(self) -> int:
+        return len(self._events)
