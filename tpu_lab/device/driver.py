@@ -79,6 +79,13 @@ class Chip:
             if live > self.peak:
                 self.peak = live
 
+    def check(self, nbytes: int) -> None:
+        """Raise ``torch.OutOfMemoryError`` if ``nbytes`` more would not fit (reserves nothing)."""
+        with self._lock:
+            if self._drain() + nbytes > self.capacity:
+                self.ooms += 1
+                raise torch.OutOfMemoryError(self._oom_message(nbytes))
+
     def release(self, nbytes: int) -> None:
         self._freed.append(nbytes)
 

@@ -259,36 +259,31 @@ def _sync_after_write(outer: _Tensor, inner: _Tensor) -> None:
     _set_metadata(outer, inner.size(), inner.stride(), inner.storage_offset())
 
 
-def _alloc_bytes(schema, args, kwargs) -> int | None:
+def _alloc_bytes(size_at, like_at, args, kwargs) -> int | None:
     """Bytes a factory op will allocate, worked out from its arguments alone."""
-    names = [a.name for a in schema.arguments]
-    values = dict(zip(names, args, strict=False))
-    values.update(kwargs)
-    size = values.get("size")
-    dtype = values.get("dtype")
-    if size is None:
-        like = values.get("self")
+    dtype = kwargs.get("dtype")
+    if size_at is not None:
+        size = args[size_at] if size_at < len(args) else kwargs.get("size")
+    else:
+        like = args[like_at] if like_at is not None and like_at < len(args) else None
         if not isinstance(like, _Tensor):
             return None
         size, dtype = like.shape, dtype or like.dtype
-    if dtype is None:
-        dtype = torch.get_default_dtype()
     try:
         numel = math.prod(int(s) for s in size)
-    except TypeError:
+    except TypeError:  # symbolic sizes
         return None
-    return numel * dtype.itemsize
+    return numel * (dtype or torch.get_default_dtype()).itemsize
 
 
-def _run_factory(op, schema, args, kwargs):
-    nbytes = _alloc_bytes(schema, args, kwargs)
-    if nbytes:
-        # Check before the host allocation: a 40 GiB request on a 32 GiB chip must not
-        # try to allocate 40 GiB of host memory first.
-        c = chip()
-        stats = c.stats()
-        if stats.live + nbytes > stats.capacity:
-            c.charge(nbytes)
+def _run_factory(op, size_at, like_at, args, kwargs):
+    nbytes = _alloc_bytes(size_at, like_at, args, kwargs)
+    c = chip()
+    # Check before the host allocation: a 40 GiB request on a 32 GiB chip must not try to
+    # allocate 40 GiB of host memory first. (``live`` read without the lock can only be too
+    # high, by frees not yet applied: check() then decides exactly.)
+    if nbytes and c.live + nbytes > c.capacity:
+        c.check(nbytes)
     return _run_compute(op, True, args, kwargs)
 
 
@@ -365,9 +360,11 @@ def _base_plan(qualname: str):
             for r in schema.returns
         ]
         return partial(_run_mutating, op, strict, list(written), returns)
-    arg_names = {a.name for a in schema.arguments}
+    arg_names = [a.name for a in schema.arguments]
     if "size" in arg_names or name.endswith("_like"):
-        return partial(_run_factory, op, schema)
+        size_at = arg_names.index("size") if "size" in arg_names else None
+        like_at = arg_names.index("self") if "self" in arg_names else None
+        return partial(_run_factory, op, size_at, like_at)
     return partial(_run_compute, op, strict)
 
 
@@ -394,12 +391,28 @@ _to_copy_op = aten._to_copy.default
 _EXPLICIT = torch._C.DispatchKey.CompositeExplicitAutograd
 
 
-def _to_copy(*args, **kwargs):
-    """``x.to(...)``: PyTorch's own kernel, with ``non_blocking`` dropped. Every copy on the
-    bundled device completes before it returns, and a non-blocking copy to the CPU would ask
-    the device for pinned host memory, which a Python backend cannot provide."""
+def _to_copy(x, **kwargs):
+    """``x.to(...)`` to or from "tpu": one CPU ``_to_copy`` (transfers are checked against HBM
+    before host memory is allocated).
+
+    ``non_blocking`` is dropped: every copy on the bundled device completes before it returns,
+    and a non-blocking copy to the CPU would ask for pinned memory, which a Python backend
+    cannot provide.
+    """
     kwargs["non_blocking"] = False
-    return _to_copy_op._op_dk(_EXPLICIT, *args, **kwargs)
+    source = x.device.type
+    if source not in ("cpu", "tpu"):  # meta and other devices: PyTorch's generic kernel
+        return _to_copy_op._op_dk(_EXPLICIT, x, **kwargs)
+    src = payload(x) if source == "tpu" else x
+    device = kwargs.get("device")
+    if (device.type if device is not None else source) != "tpu":
+        return _to_copy_op(src, **kwargs)
+    nbytes = x.numel() * (kwargs.get("dtype") or x.dtype).itemsize
+    c = chip()
+    if c.live + nbytes > c.capacity:
+        c.check(nbytes)
+    kwargs["device"] = _CPU
+    return wrap(_to_copy_op(src, **kwargs))
 
 
 def _copy_from_and_resize(src: _Tensor, dst: _Tensor) -> _Tensor:
