@@ -39,3 +39,7 @@ if _activate() is None:
     from .runtime import conflict as _conflict
 
     warnings.warn(_conflict(), RuntimeWarning, stacklevel=2)
+else:
+    from . import events
+
+    events.install()

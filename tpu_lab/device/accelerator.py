@@ -12,6 +12,7 @@ from collections import OrderedDict
 import torch
 import torch.accelerator.memory as _memory
 
+from . import hooks
 from .driver import chip
 
 _originals: dict[str, object] = {}
@@ -63,6 +64,8 @@ def empty_cache() -> None:
 def synchronize(device=None, /) -> None:
     """Every op has finished when it returns on the bundled device."""
     _index(device)
+    if hooks.observers:
+        hooks.emit("sync", reason="synchronize", nbytes=0)
 
 
 _REPLACEMENTS = {

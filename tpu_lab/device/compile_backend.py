@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from . import hooks
 from .driver import PAYLOAD
 from .kernels import _MetaKernels, payload, wrap
 
@@ -216,6 +217,7 @@ def register() -> None:
 
     @functools.wraps(original)
     def compile(model=None, *args, **kwargs):
+        hooks.emit("compile_requested")
         backend = kwargs.get("backend")
         tuned = kwargs.get("mode") is not None or kwargs.get("options") is not None
         if backend is None and not tuned:  # Inductor's modes and options stay Inductor's

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import hooks
 from .topology import Topology, topology_from_env
 
 #: Attribute of a "tpu" ``UntypedStorage`` that holds its :class:`Block`.
@@ -73,18 +74,31 @@ class Chip:
             live = self._drain() + nbytes
             if live > self.capacity:
                 self.ooms += 1
-                raise torch.OutOfMemoryError(self._oom_message(nbytes))
-            self.live = live
-            self.allocations += 1
-            if live > self.peak:
-                self.peak = live
+                message = self._oom_message(nbytes)
+            else:
+                message = None
+                self.live = live
+                self.allocations += 1
+                if live > self.peak:
+                    self.peak = live
+        if message is not None:
+            self._raise_oom(nbytes, message)
 
     def check(self, nbytes: int) -> None:
         """Raise ``torch.OutOfMemoryError`` if ``nbytes`` more would not fit (reserves nothing)."""
         with self._lock:
-            if self._drain() + nbytes > self.capacity:
-                self.ooms += 1
-                raise torch.OutOfMemoryError(self._oom_message(nbytes))
+            if self._drain() + nbytes <= self.capacity:
+                return
+            self.ooms += 1
+            message = self._oom_message(nbytes)
+        self._raise_oom(nbytes, message)
+
+    @staticmethod
+    def _raise_oom(nbytes: int, message: str) -> None:
+        # No local holds the exception: a frame referencing it from its own traceback would
+        # keep the tensors of every frame alive until the garbage collector runs.
+        hooks.emit("oom", nbytes=nbytes, message=message)
+        raise torch.OutOfMemoryError(message)
 
     def release(self, nbytes: int) -> None:
         self._freed.append(nbytes)

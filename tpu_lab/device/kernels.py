@@ -21,6 +21,7 @@ from functools import partial
 
 import torch
 
+from . import hooks
 from .driver import PAYLOAD, Block, chip
 
 aten = torch.ops.aten
@@ -151,6 +152,8 @@ def _unwrap(x, strict: bool):
             raise _mixed_devices()
         return x
     if isinstance(x, (list, tuple)):
+        if x and isinstance(x[0], (int, float)):  # sizes, dims, scalars: nothing to unwrap
+            return x
         return type(x)(_unwrap(y, strict) for y in x)
     if isinstance(x, torch.device) and x.type == "tpu":
         return _CPU
@@ -187,7 +190,7 @@ def _run_view(op, args, kwargs):
         _include_meta(previous)
 
 
-def _run_compute(op, strict, args, kwargs):
+def _run_compute(op, strict, args, kwargs, kw_unwrap=True):
     uargs = []
     for a in args:
         if isinstance(a, _Tensor):
@@ -196,7 +199,7 @@ def _run_compute(op, strict, args, kwargs):
                 uargs.append(_view_of(block, a))
                 continue
         uargs.append(_unwrap(a, strict))
-    if kwargs:
+    if kwargs and kw_unwrap:
         kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
     out = op(*uargs, **kwargs)
     if isinstance(out, _Tensor):
@@ -325,11 +328,20 @@ def _is_view(schema) -> bool:
     )
 
 
+def _run_sync(plan, args, kwargs):
+    """``.item()`` (and ``bool(tensor)``, ``int(tensor)``...): the host waits for the device."""
+    if hooks.observers:
+        hooks.emit("sync", reason="item", nbytes=args[0].element_size())
+    return plan(args, kwargs)
+
+
 def _plan(qualname: str):
     plan = _base_plan(qualname)
+    if qualname == "_local_scalar_dense":
+        return partial(_run_sync, plan)
     op = plan.args[0]
     if plan.func in (_run_compute, _run_view):  # call the C++ op directly, skipping OpOverload
-        plan = partial(plan.func, op._op, *plan.args[1:])
+        plan = partial(plan.func, op._op, *plan.args[1:], **plan.keywords)
     arg_names = [a.name for a in op._schema.arguments]
     if "generator" in arg_names:
         plan = partial(_run_random, plan, arg_names.index("generator"))
@@ -365,7 +377,13 @@ def _base_plan(qualname: str):
         size_at = arg_names.index("size") if "size" in arg_names else None
         like_at = arg_names.index("self") if "self" in arg_names else None
         return partial(_run_factory, op, size_at, like_at)
-    return partial(_run_compute, op, strict)
+    # keyword-only arguments (alpha=, dtype=, out=...) need unwrapping only if one can hold a
+    # tensor or a device
+    kw_unwrap = any(
+        a.kwarg_only and ("Tensor" in str(a.type) or "Device" in str(a.type))
+        for a in schema.arguments
+    )
+    return partial(_run_compute, op, strict, kw_unwrap=kw_unwrap)
 
 
 def _kernel(qualname: str):
@@ -382,6 +400,9 @@ def _kernel(qualname: str):
 
 def _copy_from(src: _Tensor, dst: _Tensor, non_blocking: bool = False) -> _Tensor:
     """Cross-device copies: ``x.to('tpu')``, ``x.cpu()``, ``dst.copy_(src)``."""
+    if hooks.observers and src.device.type != dst.device.type:
+        direction = f"{src.device.type}->{dst.device.type}"
+        hooks.emit("transfer", direction=direction, nbytes=src.numel() * src.element_size())
     target = payload(dst) if dst.device.type == "tpu" else dst
     target.copy_(payload(src) if src.device.type == "tpu" else src)
     return dst
@@ -405,9 +426,14 @@ def _to_copy(x, **kwargs):
         return _to_copy_op._op_dk(_EXPLICIT, x, **kwargs)
     src = payload(x) if source == "tpu" else x
     device = kwargs.get("device")
-    if (device.type if device is not None else source) != "tpu":
+    target = device.type if device is not None else source
+    if target != "tpu":
+        if hooks.observers:
+            hooks.emit("transfer", direction="tpu->cpu", nbytes=x.numel() * x.element_size())
         return _to_copy_op(src, **kwargs)
     nbytes = x.numel() * (kwargs.get("dtype") or x.dtype).itemsize
+    if source == "cpu" and hooks.observers:
+        hooks.emit("transfer", direction="cpu->tpu", nbytes=nbytes)
     c = chip()
     if c.live + nbytes > c.capacity:
         c.check(nbytes)

@@ -66,6 +66,8 @@ class EventLog:
         self._subscribers: list[Subscriber] = []
         self.enabled = True
         self.cell: Callable[[], int | None] = lambda: None
+        #: Called before every read, to collect events recorded lazily (Dynamo's metrics).
+        self.pull: Callable[[], None] = lambda: None
 
     @property
     def capacity(self) -> int:
@@ -79,6 +81,7 @@ class EventLog:
             return None
         if kind not in KINDS:
             raise ValueError(f"Unknown event kind {kind!r}; use one of {', '.join(KINDS)}.")
+        self.pull()  # lazily recorded events (compilations) happened before this one
         cell = self.cell()
         with self._lock:
             self._seq += 1
@@ -96,6 +99,7 @@ class EventLog:
     ) -> list[Event]:
         """The kept events, oldest first, optionally of some kinds or from one cell."""
         kinds = {kind} if isinstance(kind, str) else set(kind) if kind is not None else None
+        self.pull()
         with self._lock:
             snapshot = list(self._events)
         return [

@@ -1,0 +1,69 @@
+"""The event log of tpu_lab: compilations, recompilations (explained), sync points, transfers,
+out-of-memory errors and mode changes, each with the user's ``file:line`` and IPython cell.
+
+``tpu_lab.events.log`` is the process's log. Recording starts with :func:`install` (``import
+tpu_lab`` calls it); ``TPU_LAB_EVENTS=0`` keeps it off.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..device import hooks
+from .context import ipython_cell, user_frame
+from .dynamo import DynamoCollector
+from .explain import Explanation, explain_guard
+from .log import KINDS, Event, EventLog
+
+__all__ = ["KINDS", "Event", "EventLog", "Explanation", "explain_guard", "install", "log"]
+
+#: Environment variable: ``0`` disables recording (read once, at install).
+EVENTS_ENV = "TPU_LAB_EVENTS"
+
+log = EventLog()
+log.cell = ipython_cell
+_dynamo = DynamoCollector(log)
+
+
+def _format_bytes(n: int) -> str:
+    from ..device.driver import format_bytes
+
+    return format_bytes(n)
+
+
+def _on_device(kind: str, data: dict) -> None:
+    if kind == "compile_requested":
+        _dynamo.install()
+    elif kind == "sync":
+        where = user_frame()
+        log.record("sync", f"host waited for the device ({data['reason']})", where=where, **data)
+    elif kind == "transfer":
+        where = user_frame()
+        if data["direction"] == "tpu->cpu":  # the host needs the values: a sync point
+            log.record(
+                "sync",
+                "host waited for the device (copy to host)",
+                where=where,
+                reason="copy to host",
+                nbytes=data["nbytes"],
+            )
+        text = f"{data['direction']} copy of {_format_bytes(data['nbytes'])}"
+        log.record("transfer", text, where=where, **data)
+    elif kind == "oom":
+        log.record("oom", "out of HBM", where=user_frame(), **data)
+
+
+def _on_mode(old, new) -> None:
+    summary = f"eager mode {old.name} -> {new.name}"
+    log.record("mode_change", summary, where=user_frame(), old=old.name, new=new.name)
+
+
+def install() -> None:
+    """Start recording (idempotent)."""
+    if os.environ.get(EVENTS_ENV, "1") == "0" or _on_device in hooks.observers:
+        return
+    from ..device import modes
+
+    hooks.observers.append(_on_device)
+    modes.SETTINGS.listeners.append(_on_mode)
+    log.pull = _dynamo.flush

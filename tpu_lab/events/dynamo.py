@@ -1,0 +1,107 @@
+"""Compilations and recompilations from torch.compile (Dynamo), for any backend.
+
+``on_compile_start`` notes the user's call site; Dynamo records a compilation's metrics (function,
+compile time, graph size, graph breaks, the guard that failed) after ``on_compile_end``, so
+they are read when the next compilation starts and whenever the log is read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from .context import user_frame
+from .explain import explain_guard
+from .log import EventLog
+
+#: A call site that recompiles this many times is flagged as a recompilation storm.
+STORM = 4
+
+
+class DynamoCollector:
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+        self._lock = threading.Lock()
+        self._last = None
+        self._sites: dict[str, str | None] = {}
+        self._recompiles: Counter[str] = Counter()
+        self._cost: Counter[str] = Counter()
+        self.installed = False
+
+    def install(self) -> None:
+        """Register with Dynamo (imports it: call when torch.compile is used)."""
+        if not self.installed:
+            import torch._dynamo.callback as callback
+            import torch._dynamo.utils as utils
+
+            self._handler = callback.callback_handler
+            self._metrics = utils._compilation_metrics  # a bounded deque, newest last
+            self._last = self._metrics[-1] if self._metrics else None
+            self.installed = True
+        self._register()
+
+    def _register(self) -> None:
+        # torch._dynamo.reset() clears Dynamo's callbacks: register again when missing.
+        if self._on_start not in self._handler.start_callbacks:
+            self._handler.register_start_callback(self._on_start)
+
+    def _on_start(self, args) -> None:
+        self.flush()
+        self._sites[str(args.compile_id)] = user_frame()
+
+    def flush(self) -> None:
+        """Turn the compilations Dynamo recorded since the last flush into events."""
+        if not self.installed:
+            return
+        self._register()
+        if not self._metrics or self._metrics[-1] is self._last:
+            return
+        with self._lock:
+            new = []
+            for m in reversed(self._metrics):
+                if m is self._last:
+                    break
+                new.append(m)
+            self._last = self._metrics[-1]
+        for m in reversed(new):
+            self._record(m)
+
+    def _record(self, m) -> None:
+        compile_id = str(m.compile_id)
+        function = f"{m.co_name} ({m.co_filename}:{m.co_firstlineno})"
+        site = self._sites.pop(compile_id, None)
+        seconds = float(m.entire_frame_compile_time_s or 0.0)
+        key = site or function
+        self._cost[key] += seconds
+        details = {
+            "compile_id": compile_id,
+            "function": function,
+            "compile_seconds": round(seconds, 4),
+            "site_compile_seconds": round(self._cost[key], 4),
+            "graph_ops": m.graph_op_count,
+            "graph_breaks": m.num_graph_breaks or 0,
+            "failure": m.fail_reason,
+        }
+        if not m.recompile_reason:
+            summary = f"compiled {m.co_name} in {seconds:.2f} s ({m.graph_op_count or 0} ops)"
+            self.log.record("compile", summary, where=site, **details)
+            return
+        self._recompiles[key] += 1
+        count = self._recompiles[key]
+        reasons = [line for line in m.recompile_reason.split("\n") if line and line[0].isdigit()]
+        explanations = [explain_guard(r) for r in reasons] or [explain_guard(m.recompile_reason)]
+        storm = count >= STORM
+        summary = f"recompiled {m.co_name}: {explanations[0].change}"
+        if storm:
+            summary += f" (recompilation storm: {count} recompiles at this call site)"
+        self.log.record(
+            "recompile",
+            summary,
+            where=site,
+            reason=m.recompile_reason.split("\n", 1)[0],
+            changes=[e.change for e in explanations],
+            hints=[e.hint for e in explanations],
+            recompiles_here=count,
+            storm=storm,
+            **details,
+        )
