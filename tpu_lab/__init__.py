@@ -20,7 +20,10 @@ __all__ = [
     "TpuLabError",
     "__version__",
     "backend",
+    "event_log",
+    "explain",
     "status",
+    "timed",
     "use_topology",
 ]
 
@@ -28,6 +31,40 @@ __all__ = [
 def status():
     """Backend, device, topology, HBM and eager mode of the "tpu" device in this process."""
     return backend().status()
+
+
+def event_log(kind: str | None = None, cell: int | None = None):
+    """The recorded events (optionally of one kind or from one notebook cell), as a view."""
+    from .events import log
+    from .views import EventLogView
+
+    return EventLogView(log.events(kind, cell))
+
+
+def explain(seq: int | None = None):
+    """Why recompile event ``seq`` happened (default: the latest recompile), as a view."""
+    from .events import log
+    from .views import ExplanationView
+
+    recompiles = log.events("recompile")
+    if seq is None:
+        if not recompiles:
+            raise TpuLabError("Nothing to explain: no recompilation has been recorded yet.")
+        return ExplanationView(recompiles[-1])
+    match = [e for e in log.events() if e.seq == seq]
+    if not match:
+        raise TpuLabError(
+            f"No event #{seq} in the log; recompile events: {[e.seq for e in recompiles]}."
+        )
+    return ExplanationView(match[0])
+
+
+def __getattr__(name: str):
+    if name == "timed":
+        from .timing import timed
+
+        return timed
+    raise AttributeError(f"module 'tpu_lab' has no attribute '{name}'")
 
 
 def use_topology(name: str) -> str:

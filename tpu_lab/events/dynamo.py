@@ -7,6 +7,7 @@ they are read when the next compilation starts and whenever the log is read.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 
@@ -98,7 +99,7 @@ class DynamoCollector:
             "recompile",
             summary,
             where=site,
-            reason=m.recompile_reason.split("\n", 1)[0],
+            reason=re.sub(r"\s+#.*$", "", m.recompile_reason.split("\n", 1)[0]),
             changes=[e.change for e in explanations],
             hints=[e.hint for e in explanations],
             recompiles_here=count,

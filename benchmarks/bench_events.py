@@ -1,0 +1,60 @@
+"""Cost of recording events: tiny-Llama greedy generate on "tpu" with the event log on vs off.
+
+Both settings are timed side by side in one run (interleaved, median of repeats); the ratio is
+on/off. Run: ``python benchmarks/bench_events.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import torch
+
+import tpu_lab  # noqa: F401
+from tpu_lab import events
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as folder:
+        LlamaForCausalLM(config).save_pretrained(folder)
+        model = LlamaForCausalLM.from_pretrained(folder, device_map="tpu").eval()
+    ids = torch.randint(0, 256, (1, 8)).to("tpu")
+    kw = {"max_new_tokens": 32, "min_new_tokens": 32, "do_sample": False}
+
+    def run(enabled: bool) -> float:
+        events.log.enabled = enabled
+        start = time.perf_counter()
+        model.generate(ids, **kw)
+        return time.perf_counter() - start
+
+    run(True), run(False)
+    on, off = [], []
+    events.log.clear()
+    for _ in range(args.repeats):
+        on.append(run(True))
+        off.append(run(False))
+    events.log.enabled = True
+    per_run = len(events.log.events()) / args.repeats
+    ratio = statistics.median(on) / statistics.median(off)
+    print(
+        f"tiny-Llama generate, 32 tokens: recording off {statistics.median(off) * 1e3:.1f} ms, "
+        f"on {statistics.median(on) * 1e3:.1f} ms, ratio {ratio:.3f} "
+        f"({per_run:.0f} events per generate; target <= 1.03)"
+    )
+
+
+if __name__ == "__main__":
+    main()

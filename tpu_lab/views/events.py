@@ -1,0 +1,131 @@
+"""The event log and a recompilation explanation, as text and HTML."""
+
+from __future__ import annotations
+
+import os
+
+from ..events import Event
+from .base import View, clip, esc, terminal_width
+
+_COLORS = {
+    "compile": "#2563eb",
+    "recompile": "#dc2626",
+    "cache_hit": "#16a34a",
+    "cache_miss": "#ea580c",
+    "sync": "#7c3aed",
+    "transfer": "#0891b2",
+    "oom": "#b91c1c",
+    "mode_change": "#4b5563",
+}
+_STYLE = (
+    "font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px;"
+    "border-collapse:collapse"
+)
+
+
+def short_where(where: str | None) -> str:
+    """``/long/path/to/file.py:12`` -> ``file.py:12`` (notebook cells keep their name)."""
+    if not where:
+        return ""
+    path, _, line = where.rpartition(":")
+    return f"{os.path.basename(path) or path}:{line}"
+
+
+class EventLogView(View):
+    """A table of events: number, cell, kind, what happened, where; recompiles explained."""
+
+    def __init__(self, events: list[Event], title: str = "tpu_lab events") -> None:
+        self.events = list(events)
+        self.title = title
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        lines = [f"{self.title} ({len(self.events)})"]
+        if not self.events:
+            return lines[0] + "\n  (none yet)"
+        for e in self.events:
+            cell = f"[{e.cell}]" if e.cell is not None else ""
+            head = f"{e.seq:>5} {cell:>6} {e.kind:<11} "
+            where = short_where(e.where)
+            room = width - len(head) - len(where) - 2
+            lines.append(f"{head}{clip(e.summary, max(room, 10)):<{max(room, 10)}}  {where}")
+            for hint in e.details.get("hints", ()) if e.kind == "recompile" else ():
+                lines.append(clip(f"{'':>18}fix: {hint}", width))
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        rows = []
+        for e in self.events:
+            color = _COLORS.get(e.kind, "#111827")
+            cell = e.cell if e.cell is not None else ""
+            hints = "".join(
+                f"<div style='color:#374151'>fix: {esc(h)}</div>"
+                for h in e.details.get("hints", ())
+            )
+            rows.append(
+                "<tr style='border-top:1px solid #e5e7eb'>"
+                f"<td style='padding:2px 6px;color:#6b7280'>{e.seq}</td>"
+                f"<td style='padding:2px 6px;color:#6b7280'>{esc(cell)}</td>"
+                f"<td style='padding:2px 6px;color:{color};font-weight:600'>{esc(e.kind)}</td>"
+                f"<td style='padding:2px 6px'>{esc(e.summary)}{hints}</td>"
+                f"<td style='padding:2px 6px;color:#6b7280'>{esc(short_where(e.where))}</td></tr>"
+            )
+        body = "".join(rows) or "<tr><td colspan='5' style='padding:4px'>(none yet)</td></tr>"
+        return (
+            f"<div><b>{esc(self.title)}</b> ({len(self.events)})"
+            f"<table style='{_STYLE}'><thead><tr style='text-align:left'><th>#</th><th>cell</th>"
+            f"<th>kind</th><th>what happened</th><th>where</th></tr></thead>"
+            f"<tbody>{body}</tbody></table></div>"
+        )
+
+
+class ExplanationView(View):
+    """Why one recompilation happened: the failed guard, what changed, the fix, the cost."""
+
+    def __init__(self, event: Event) -> None:
+        if event.kind != "recompile":
+            raise ValueError(
+                f"Event {event.seq} is a {event.kind!r} event; only recompile events have an "
+                "explanation. List them with tpu_lab.events.log.events('recompile')."
+            )
+        self.event = event
+
+    def _facts(self) -> list[tuple[str, str]]:
+        d = self.event.details
+        facts = [
+            ("function", d.get("function", "")),
+            ("called at", self.event.where or "unknown"),
+            ("guard that failed", d.get("reason", "")),
+        ]
+        facts += [("what changed", change) for change in d.get("changes", ())]
+        facts += [("how to fix", hint) for hint in d.get("hints", ())]
+        facts.append(
+            (
+                "cost",
+                f"{d.get('compile_seconds', 0):.2f} s this time, "
+                f"{d.get('site_compile_seconds', 0):.2f} s in total at this call site, "
+                f"{d.get('recompiles_here', 1)} recompile(s) here",
+            )
+        )
+        if d.get("storm"):
+            facts.append(("warning", "recompilation storm: this call site keeps recompiling"))
+        return facts
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        lines = [f"recompile #{self.event.seq}: {self.event.summary}"]
+        for name, value in self._facts():
+            lines.append(clip(f"  {name:<18} {value}", width))
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        rows = "".join(
+            f"<tr><td style='padding:2px 8px;color:#6b7280;vertical-align:top'>{esc(n)}</td>"
+            f"<td style='padding:2px 8px'>{esc(v)}</td></tr>"
+            for n, v in self._facts()
+        )
+        return (
+            f"<div style='border-left:3px solid #dc2626;padding-left:8px'>"
+            f"<b>recompile #{self.event.seq}</b>: {esc(self.event.summary)}"
+            f"<table style='{_STYLE}'>{rows}</table></div>"
+        )
