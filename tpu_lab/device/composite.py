@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from . import kernels
 from .kernels import NoPayloadError, _unwrap, _wrap_results, storage_data_ptr
 
 _Tensor = torch.Tensor
@@ -67,6 +68,8 @@ def _kernel(qualname: str):
             name, _, overload = qualname.partition(".")
             op = getattr(getattr(torch.ops.aten, name), overload or "default")
             call = op._op
+        if kernels.recorder is not None:
+            kernels.recorder(qualname, args, kwargs)
         if not (
             _autocast_enabled("tpu")
             or (_grad_enabled() and (_needs_grad(args) or _needs_grad(kwargs.values())))

@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 
-from . import hooks
+from . import fuse, hooks
 from .driver import PAYLOAD, Block, chip
 
 aten = torch.ops.aten
@@ -330,6 +330,7 @@ def _is_view(schema) -> bool:
 
 def _run_sync(plan, args, kwargs):
     """``.item()`` (and ``bool(tensor)``, ``int(tensor)``...): the host waits for the device."""
+    sync_point("item")
     if hooks.observers:
         hooks.emit("sync", reason="item", nbytes=args[0].element_size())
     return plan(args, kwargs)
@@ -386,6 +387,16 @@ def _base_plan(qualname: str):
     return partial(_run_compute, op, strict, kw_unwrap=kw_unwrap)
 
 
+#: Set while the eager mode is DEFER_AND_FUSE: called with every op (see fuse.py).
+recorder = None
+
+
+def sync_point(reason: str) -> None:
+    """The host needs results: in DEFER_AND_FUSE the recorded graph ends here."""
+    if recorder is not None:
+        fuse.CACHE.flush(reason)
+
+
 def _kernel(qualname: str):
     plan = None
 
@@ -393,6 +404,8 @@ def _kernel(qualname: str):
         nonlocal plan
         if plan is None:
             plan = _plan(qualname)
+        if recorder is not None:
+            recorder(qualname, args, kwargs)
         return plan(args, kwargs)
 
     return kernel
@@ -400,6 +413,8 @@ def _kernel(qualname: str):
 
 def _copy_from(src: _Tensor, dst: _Tensor, non_blocking: bool = False) -> _Tensor:
     """Cross-device copies: ``x.to('tpu')``, ``x.cpu()``, ``dst.copy_(src)``."""
+    if src.device.type == "tpu" and dst.device.type != "tpu":
+        sync_point("copy to host")
     if hooks.observers and src.device.type != dst.device.type:
         direction = f"{src.device.type}->{dst.device.type}"
         hooks.emit("transfer", direction=direction, nbytes=src.numel() * src.element_size())
@@ -428,6 +443,7 @@ def _to_copy(x, **kwargs):
     device = kwargs.get("device")
     target = device.type if device is not None else source
     if target != "tpu":
+        sync_point("copy to host")
         if hooks.observers:
             hooks.emit("transfer", direction="tpu->cpu", nbytes=x.numel() * x.element_size())
         return _to_copy_op(src, **kwargs)

@@ -60,6 +60,7 @@ def put_eager_mode(mode) -> None:
     with SETTINGS.lock:
         old, SETTINGS.eager_mode = SETTINGS.eager_mode, mode
         listeners = list(SETTINGS.listeners)
+    _switch_recording(mode)
     if old is not mode:
         for listener in listeners:
             listener(old, mode)
@@ -97,3 +98,14 @@ def _refuse_inside_compile() -> None:
 
     if torch.compiler.is_compiling():
         raise RuntimeError("A compiled graph cannot select how to dispatch eager ops.")
+
+
+def _switch_recording(mode: EagerMode) -> None:
+    """DEFER_AND_FUSE records ops for the compile cache; leaving it ends the pending graph."""
+    from . import fuse, kernels
+
+    if mode is EagerMode.DEFER_AND_FUSE:
+        kernels.recorder = fuse.CACHE.record
+    elif kernels.recorder is not None:
+        fuse.CACHE.flush("eager mode change")
+        kernels.recorder = None

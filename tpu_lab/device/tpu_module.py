@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import NotSimulatedError
-from . import modes, streams
+from . import fuse, modes, streams
 from .driver import chip
 from .kernels import default_generator
 
@@ -274,7 +274,42 @@ def _hbm_usage_summary() -> str:
     """TorchTPU's text: HBM held by compiled executables (none on the bundled device)."""
     from .compile_backend import compiled_graphs
 
-    return f"CompilationCache HBM usage: 0B for {compiled_graphs()} executables."
+    executables = compiled_graphs() + fuse.CACHE.stats().num_compilations
+    return f"CompilationCache HBM usage: 0B for {executables} executables."
+
+
+# The eager compile cache (DEFER_AND_FUSE), under TorchTPU's private names (used by its docs).
+def _get_cache_requests() -> int:
+    return fuse.CACHE.stats().num_cache_reqs
+
+
+def _get_cache_hits() -> int:
+    return fuse.CACHE.stats().num_cache_hits
+
+
+def _get_cache_misses() -> int:
+    stats = fuse.CACHE.stats()
+    return stats.num_cache_reqs - stats.num_cache_hits
+
+
+def _get_cache_stats() -> fuse.PerfStats:
+    return fuse.CACHE.stats()
+
+
+def _clear_cache() -> None:
+    fuse.CACHE.clear()
+
+
+def _set_cache_only(cache_only: bool = True) -> None:
+    fuse.CACHE.cache_only = bool(cache_only)
+
+
+def _set_dump_on_cache_miss(enable: bool = True) -> None:
+    fuse.CACHE.dump_on_miss = bool(enable)
+
+
+def _get_dump_on_cache_miss() -> bool:
+    return fuse.CACHE.dump_on_miss
 
 
 class _NotSimulated(types.ModuleType):
@@ -343,6 +378,8 @@ _FUNCTIONS = (
     set_device, device, device_of, get_device_name, get_device_properties,
     get_amp_supported_dtype, synchronize, manual_seed, manual_seed_all, initial_seed,
     get_rng_state, set_rng_state, topology_aware_mesh, _hbm_usage_summary,
+    _get_cache_requests, _get_cache_hits, _get_cache_misses, _get_cache_stats, _clear_cache,
+    _set_cache_only, _set_dump_on_cache_miss, _get_dump_on_cache_miss,
 )  # fmt: skip
 
 

@@ -49,8 +49,45 @@ def _on_device(kind: str, data: dict) -> None:
             )
         text = f"{data['direction']} copy of {_format_bytes(data['nbytes'])}"
         log.record("transfer", text, where=where, **data)
+    elif kind in ("cache_hit", "cache_miss"):
+        _record_cache(kind, data)
     elif kind == "oom":
         log.record("oom", "out of HBM", where=user_frame(), **data)
+
+
+_CACHE_HINTS = {
+    "shape": "pad or bucket the changing dimension (e.g. sequence length to a multiple of 64) "
+    "so that a few graphs serve every input",
+    "scalar": "move the Python number into a tensor (torch.tensor(v, device='tpu')): scalars "
+    "are baked into the graph",
+    "order": "a different op sequence before the sync point: look for data-dependent Python "
+    "control flow or an .item() inside the loop, and move it out",
+    "length": "the sync point moved: an .item(), print or .cpu() ends the graph early; keep "
+    "them out of the hot loop",
+    "dtype": "keep one dtype for the inputs",
+    "first": "warm up the shapes you serve before timing",
+    "other": "compare the recorded graphs with torch.tpu._set_dump_on_cache_miss(True)",
+}
+
+
+def _record_cache(kind: str, data: dict) -> None:
+    where = user_frame()
+    if kind == "cache_hit":
+        summary = f"compile cache hit: graph of {data['ops']} ops at {data['reason']}"
+        log.record("cache_hit", summary, where=where, **data)
+        return
+    difference = data["difference"]
+    summary = f"compile cache miss (compiles): {difference['text']}"
+    log.record(
+        "cache_miss",
+        summary,
+        where=where,
+        ops=data["ops"],
+        reason=data["reason"],
+        change=difference["text"],
+        hints=[_CACHE_HINTS[difference["kind"]]],
+        graph=data.get("graph"),
+    )
 
 
 def _on_mode(old, new) -> None:

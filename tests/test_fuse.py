@@ -1,0 +1,99 @@
+"""DEFER_AND_FUSE: the simulated eager compile cache, its statistics and its explanations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tpu_lab import events
+
+FUSE = torch.tpu.EagerMode.DEFER_AND_FUSE
+
+
+@pytest.fixture
+def fresh():
+    torch.tpu._clear_cache()
+    events.log.clear()
+    yield
+    torch.tpu._clear_cache()
+
+
+def _step(w, length, bucket=None):
+    """A decode-like step over ``length`` positions (padded on the host to ``bucket``), synced
+    by .item(). Inputs come from the host, as a served request does."""
+    x = torch.full((1, length, 16), 0.5)
+    if bucket is not None:
+        x = torch.nn.functional.pad(x, (0, 0, 0, bucket - length))
+    x = x.to("tpu")
+    scores = (x @ w) @ x.transpose(1, 2)
+    return scores.softmax(-1).sum().item()
+
+
+def test_growing_length_misses_once_per_length_then_hits(fresh):
+    w = torch.randn(16, 16).to("tpu")
+    lengths = [3, 4, 5, 3, 4, 5, 5]
+    with torch.tpu.set_eager_mode(FUSE):
+        fused = [_step(w, n) for n in lengths]
+    eager = [_step(w, n) for n in lengths]
+    assert fused == eager  # the mode changes no number
+    assert torch.tpu._get_cache_requests() == 7
+    assert torch.tpu._get_cache_misses() == 3
+    assert torch.tpu._get_cache_hits() == 4
+    misses = events.log.events("cache_miss")
+    assert [e.details["change"] for e in misses[1:]] == [
+        "op 0 (aten.matmul) argument 0 shape [1, 4, 16] vs cached [1, 3, 16]: dimension 1 changed",
+        "op 0 (aten.matmul) argument 0 shape [1, 5, 16] vs cached [1, 4, 16]: dimension 1 changed",
+    ]
+    assert "pad or bucket" in misses[1].details["hints"][0]
+    assert all(e.where.startswith(__file__) for e in misses)  # the test's own sync line
+
+
+def test_padded_to_a_bucket_no_new_misses(fresh):
+    w = torch.randn(16, 16).to("tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        for n in (3, 4, 5, 6, 7):
+            _step(w, n, bucket=8)
+    assert torch.tpu._get_cache_misses() == 1
+    assert torch.tpu._get_cache_hits() == 4
+    stats = torch.tpu._get_cache_stats()
+    assert (stats.num_cache_reqs, stats.num_cache_hits, stats.num_compilations) == (5, 4, 1)
+    assert stats.per_entry_stats[0].read_count == 4
+
+
+def test_scalar_values_are_baked_in(fresh):
+    x = torch.ones(4, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        for scale in (0.25, 0.5):
+            (x * scale).sum().item()
+    change = events.log.events("cache_miss")[-1].details["change"]
+    assert (
+        change
+        == "op 0 (aten.mul.Tensor) argument 1: scalar 0.5 vs cached 0.25 baked into the graph"
+    )
+
+
+def test_op_order_difference_is_explained(fresh):
+    x = torch.ones(4, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        (x.mul(2).add(1)).sum().item()
+        (x.add(1).mul(2)).sum().item()
+    change = events.log.events("cache_miss")[-1].details["change"]
+    assert change.startswith("op order differs at op 0: aten.add")
+
+
+def test_cache_only_mode_refuses_new_graphs(fresh):
+    x = torch.ones(4, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        x.sum().item()
+        torch.tpu._set_cache_only(True)
+        try:
+            x.sum().item()  # cached: fine
+            with pytest.raises(RuntimeError, match="Compilation cache miss in cache-only mode"):
+                x.mean().item()
+        finally:
+            torch.tpu._set_cache_only(False)
+
+
+def test_other_modes_do_not_touch_the_cache(fresh):
+    torch.ones(3, device="tpu").sum().item()
+    assert torch.tpu._get_cache_requests() == 0
