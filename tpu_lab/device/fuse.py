@@ -44,13 +44,21 @@ class PerfStats:
 
 
 def _signature(value):
+    """Hashable and cheap: a tensor is (shape, dtype); Python values are kept (baked in)."""
     if isinstance(value, _Tensor):
-        return ("tensor", tuple(value.shape), str(value.dtype).removeprefix("torch."))
-    if isinstance(value, (list, tuple)):
+        return (value.shape, value.dtype)
+    if isinstance(value, list):
         return tuple(_signature(v) for v in value)
-    if isinstance(value, (bool, int, float, complex, str)) or value is None:
-        return value
-    return str(value)
+    return value
+
+
+def _is_tensor(signature) -> bool:
+    return (
+        isinstance(signature, tuple)
+        and len(signature) == 2
+        and isinstance(signature[0], torch.Size)
+        and isinstance(signature[1], torch.dtype)
+    )
 
 
 @dataclass
@@ -72,9 +80,9 @@ class CompileCache:
         self.dump_on_miss = False
 
     def record(self, name: str, args: tuple, kwargs: dict) -> None:
-        signature = tuple(_signature(a) for a in args)
+        signature = tuple([_signature(a) for a in args])
         if kwargs:
-            signature += tuple((k, _signature(v)) for k, v in kwargs.items())
+            signature += tuple([(k, _signature(v)) for k, v in kwargs.items()])
         self.pending.append((name, signature))
 
     def flush(self, reason: str) -> None:
@@ -162,22 +170,22 @@ def _argument_difference(index: int, new: tuple, old: tuple) -> dict:
     for position, (a, b) in enumerate(zip(new[1], old[1], strict=False)):
         if a == b:
             continue
-        if isinstance(a, tuple) and a[:1] == ("tensor",) and isinstance(b, tuple):
-            if a[1] != b[1]:
-                dims = [d for d, (x, y) in enumerate(zip(a[1], b[1], strict=False)) if x != y]
+        if _is_tensor(a) and _is_tensor(b):
+            if a[0] != b[0]:
+                dims = [d for d, (x, y) in enumerate(zip(a[0], b[0], strict=False)) if x != y]
                 what = (
-                    f"dimension {dims[0]} changed" if dims and len(a[1]) == len(b[1])
+                    f"dimension {dims[0]} changed" if dims and len(a[0]) == len(b[0])
                     else "rank changed"
                 )  # fmt: skip
                 return {
                     "kind": "shape",
-                    "text": f"op {index} (aten.{name}) argument {position} shape {list(a[1])} vs "
-                    f"cached {list(b[1])}: {what}",
+                    "text": f"op {index} (aten.{name}) argument {position} shape {list(a[0])} vs "
+                    f"cached {list(b[0])}: {what}",
                 }
             return {
                 "kind": "dtype",
-                "text": f"op {index} (aten.{name}) argument {position} dtype {a[2]} vs cached "
-                f"{b[2]}",
+                "text": f"op {index} (aten.{name}) argument {position} dtype "
+                f"{str(a[1]).removeprefix('torch.')} vs cached {str(b[1]).removeprefix('torch.')}",
             }
         if _is_size(a) and _is_size(b):
             dims = [d for d, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
