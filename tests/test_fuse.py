@@ -97,3 +97,13 @@ def test_cache_only_mode_refuses_new_graphs(fresh):
 def test_other_modes_do_not_touch_the_cache(fresh):
     torch.ones(3, device="tpu").sum().item()
     assert torch.tpu._get_cache_requests() == 0
+
+
+def test_runtime_facade_reports_the_cache(fresh):
+    import tpu_lab
+
+    x = torch.ones(4, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        x.sum().item()
+        x.sum().item()
+    assert tpu_lab.backend().cache_stats() == {"requests": 2, "hits": 1, "misses": 1}

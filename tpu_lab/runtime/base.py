@@ -61,6 +61,17 @@ class Backend(abc.ABC):
     def use_topology(self, name: str) -> str:
         """Choose the topology (bundled device only); returns its description."""
 
+    def cache_stats(self) -> dict[str, int]:
+        """The eager compile cache (DEFER_AND_FUSE): TorchTPU's counters on both backends."""
+        import torch
+
+        tpu = torch.tpu
+        return {
+            "requests": tpu._get_cache_requests(),
+            "hits": tpu._get_cache_hits(),
+            "misses": tpu._get_cache_misses(),
+        }
+
     def synchronize(self) -> None:
         import torch
 
