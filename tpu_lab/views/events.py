@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 
 from ..events import Event
 from .base import View, clip, esc, terminal_width
@@ -114,8 +115,14 @@ class ExplanationView(View):
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
         lines = [f"recompile #{self.event.seq}: {self.event.summary}"]
-        for name, value in self._facts():
-            lines.append(clip(f"  {name:<18} {value}", width))
+        for name, value in self._facts():  # wrapped, never cut: this is the explanation
+            lines += textwrap.wrap(
+                str(value),
+                width=max(width, 40),
+                initial_indent=f"  {name:<18} ",
+                subsequent_indent=" " * 21,
+                break_on_hyphens=False,
+            )
         return "\n".join(lines)
 
     def to_html(self) -> str:
