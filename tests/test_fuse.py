@@ -40,7 +40,7 @@ def test_growing_length_misses_once_per_length_then_hits(fresh):
     assert torch.tpu._get_cache_misses() == 3
     assert torch.tpu._get_cache_hits() == 4
     misses = events.log.events("cache_miss")
-    assert [e.details["change"] for e in misses[1:]] == [
+    assert [e.details["changes"][0] for e in misses[1:]] == [
         "op 0 (aten.matmul) argument 0 shape [1, 4, 16] vs cached [1, 3, 16]: dimension 1 changed",
         "op 0 (aten.matmul) argument 0 shape [1, 5, 16] vs cached [1, 4, 16]: dimension 1 changed",
     ]
@@ -65,7 +65,7 @@ def test_scalar_values_are_baked_in(fresh):
     with torch.tpu.set_eager_mode(FUSE):
         for scale in (0.25, 0.5):
             (x * scale).sum().item()
-    change = events.log.events("cache_miss")[-1].details["change"]
+    change = events.log.events("cache_miss")[-1].details["changes"][0]
     assert (
         change
         == "op 0 (aten.mul.Tensor) argument 1: scalar 0.5 vs cached 0.25 baked into the graph"
@@ -77,7 +77,7 @@ def test_op_order_difference_is_explained(fresh):
     with torch.tpu.set_eager_mode(FUSE):
         (x.mul(2).add(1)).sum().item()
         (x.add(1).mul(2)).sum().item()
-    change = events.log.events("cache_miss")[-1].details["change"]
+    change = events.log.events("cache_miss")[-1].details["changes"][0]
     assert change.startswith("op order differs at op 0: aten.add")
 
 
@@ -107,3 +107,43 @@ def test_runtime_facade_reports_the_cache(fresh):
         x.sum().item()
         x.sum().item()
     assert tpu_lab.backend().cache_stats() == {"requests": 2, "hits": 1, "misses": 1}
+
+
+def test_cache_miss_explanation_and_storm(fresh):
+    import tpu_lab
+
+    w = torch.randn(16, 16).to("tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        for n in range(2, 8):
+            _step(w, n)
+    misses = events.log.events("cache_miss")
+    assert [e.details["storm"] for e in misses] == [False, False, False, True, True, True]
+    text = tpu_lab.explain().to_text(width=100)
+    assert text.startswith("cache miss #")
+    assert "what changed       op 0 (aten.matmul) argument 0 shape [1, 7, 16] vs cached" in text
+    assert "6 compilation(s) at this sync point" in text
+
+
+def test_sync_points_of_tolist_print_and_control_flow(fresh):
+    x = torch.arange(3.0).to("tpu")
+    events.log.clear()
+    x.tolist()
+    assert events.log.events("sync")[-1].details["reason"] == "copy to host"
+    if (x > 1).any():  # data-dependent control flow: bool(tensor) syncs
+        pass
+    assert events.log.events("sync")[-1].details["reason"] == "item"
+
+
+def test_events_carry_the_ipython_cell(fresh):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("import torch", store_history=True)
+    result = shell.run_cell("torch.ones(2, device='tpu').sum().item()", store_history=True)
+    assert result.success
+    cell = result.execution_count
+    sync = events.log.events("sync")[-1]
+    assert sync.cell == cell and sync.where.startswith("<ipython-input-")
+    assert [e.seq for e in events.log.events(cell=cell)] == [
+        e.seq for e in events.log.events() if e.cell == cell
+    ]

@@ -42,11 +42,11 @@ def event_log(kind: str | None = None, cell: int | None = None):
 
 
 def explain(seq: int | None = None):
-    """Why recompile event ``seq`` happened (default: the latest recompile), as a view."""
+    """Why recompile or cache-miss event ``seq`` happened (default: the latest), as a view."""
     from .events import log
     from .views import ExplanationView
 
-    recompiles = log.events("recompile")
+    recompiles = log.events(("recompile", "cache_miss"))
     if seq is None:
         if not recompiles:
             raise TpuLabError("Nothing to explain: no recompilation has been recorded yet.")

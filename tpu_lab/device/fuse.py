@@ -129,6 +129,7 @@ class CompileCache:
             self.entries.clear()
             self.pending = []
             self.requests = self.hits = 0
+        hooks.emit("cache_cleared")
 
 
 def _closest(ops: tuple, entries: dict) -> tuple | None:

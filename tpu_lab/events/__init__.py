@@ -11,7 +11,7 @@ import os
 
 from ..device import hooks
 from .context import ipython_cell, user_frame
-from .dynamo import DynamoCollector
+from .dynamo import STORM, DynamoCollector
 from .explain import Explanation, explain_guard
 from .log import KINDS, Event, EventLog
 
@@ -51,6 +51,8 @@ def _on_device(kind: str, data: dict) -> None:
         log.record("transfer", text, where=where, **data)
     elif kind in ("cache_hit", "cache_miss"):
         _record_cache(kind, data)
+    elif kind == "cache_cleared":
+        _misses_at.clear()
     elif kind == "oom":
         log.record("oom", "out of HBM", where=user_frame(), **data)
 
@@ -70,6 +72,9 @@ _CACHE_HINTS = {
 }
 
 
+_misses_at: dict[str | None, int] = {}
+
+
 def _record_cache(kind: str, data: dict) -> None:
     where = user_frame()
     if kind == "cache_hit":
@@ -77,15 +82,21 @@ def _record_cache(kind: str, data: dict) -> None:
         log.record("cache_hit", summary, where=where, **data)
         return
     difference = data["difference"]
+    count = _misses_at[where] = _misses_at.get(where, 0) + 1
+    storm = count >= STORM
     summary = f"compile cache miss (compiles): {difference['text']}"
+    if storm:
+        summary += f" (recompilation storm: {count} compilations at this sync point)"
     log.record(
         "cache_miss",
         summary,
         where=where,
         ops=data["ops"],
         reason=data["reason"],
-        change=difference["text"],
+        changes=[difference["text"]],
         hints=[_CACHE_HINTS[difference["kind"]]],
+        recompiles_here=count,
+        storm=storm,
         graph=data.get("graph"),
     )
 

@@ -43,12 +43,29 @@ def user_frame(skip: int = 1) -> str | None:
     return None
 
 
+_cell: dict[int, int] = {}  # id(shell) -> the running cell's number
+
+
+def _watch(shell) -> None:
+    """Remember each cell's number as it starts (IPython has already counted it then)."""
+
+    def pre_run_cell(info) -> None:
+        count = shell.execution_count
+        _cell[id(shell)] = count - 1 if info.store_history else count
+
+    shell.events.register("pre_run_cell", pre_run_cell)
+    # the cell running now started before the hook existed: as a notebook cell, it was counted
+    _cell[id(shell)] = shell.execution_count - 1
+
+
 def ipython_cell() -> int | None:
-    """The execution count of the running IPython cell, or ``None`` outside IPython."""
+    """The number (``In [N]``) of the running IPython cell, or ``None`` outside IPython."""
     shell_module = sys.modules.get("IPython")
     if shell_module is None:
         return None
     shell = shell_module.get_ipython()
     if shell is None:
         return None
-    return shell.execution_count
+    if id(shell) not in _cell:
+        _watch(shell)
+    return _cell[id(shell)]

@@ -81,40 +81,53 @@ class EventLogView(View):
 
 
 class ExplanationView(View):
-    """Why one recompilation happened: the failed guard, what changed, the fix, the cost."""
+    """Why one recompilation (torch.compile) or compile-cache miss (DEFER_AND_FUSE) happened:
+    what changed against the closest compiled graph, the fix, the cost."""
 
     def __init__(self, event: Event) -> None:
-        if event.kind != "recompile":
+        if event.kind not in ("recompile", "cache_miss"):
             raise ValueError(
-                f"Event {event.seq} is a {event.kind!r} event; only recompile events have an "
-                "explanation. List them with tpu_lab.events.log.events('recompile')."
+                f"Event {event.seq} is a {event.kind!r} event; only recompile and cache_miss "
+                "events have an explanation. List them with "
+                "tpu_lab.event_log('recompile') or tpu_lab.event_log('cache_miss')."
             )
         self.event = event
 
     def _facts(self) -> list[tuple[str, str]]:
         d = self.event.details
-        facts = [
-            ("function", d.get("function", "")),
-            ("called at", self.event.where or "unknown"),
-            ("guard that failed", d.get("reason", "")),
-        ]
+        if self.event.kind == "cache_miss":
+            facts = [
+                ("sync point", f"{self.event.where or 'unknown'} ({d.get('reason', '')})"),
+                ("graph", f"{d.get('ops', 0)} ops recorded since the previous sync point"),
+            ]
+        else:
+            facts = [
+                ("function", d.get("function", "")),
+                ("called at", self.event.where or "unknown"),
+                ("guard that failed", d.get("reason", "")),
+            ]
         facts += [("what changed", change) for change in d.get("changes", ())]
         facts += [("how to fix", hint) for hint in d.get("hints", ())]
-        facts.append(
-            (
-                "cost",
-                f"{d.get('compile_seconds', 0):.2f} s this time, "
-                f"{d.get('site_compile_seconds', 0):.2f} s in total at this call site, "
-                f"{d.get('recompiles_here', 1)} recompile(s) here",
+        if self.event.kind == "recompile":
+            facts.append(
+                (
+                    "cost",
+                    f"{d.get('compile_seconds', 0):.2f} s this time, "
+                    f"{d.get('site_compile_seconds', 0):.2f} s in total at this call site, "
+                    f"{d.get('recompiles_here', 1)} recompile(s) here",
+                )
             )
-        )
+        else:
+            facts.append(
+                ("cost", f"{d.get('recompiles_here', 1)} compilation(s) at this sync point")
+            )
         if d.get("storm"):
             facts.append(("warning", "recompilation storm: this call site keeps recompiling"))
         return facts
 
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
-        lines = [f"recompile #{self.event.seq}: {self.event.summary}"]
+        lines = [f"{self.event.kind.replace('_', ' ')} #{self.event.seq}: {self.event.summary}"]
         for name, value in self._facts():  # wrapped, never cut: this is the explanation
             lines += textwrap.wrap(
                 str(value),
@@ -133,6 +146,7 @@ class ExplanationView(View):
         )
         return (
             f"<div style='border-left:3px solid #dc2626;padding-left:8px'>"
-            f"<b>recompile #{self.event.seq}</b>: {esc(self.event.summary)}"
+            f"<b>{esc(self.event.kind.replace('_', ' '))} #{self.event.seq}</b>: "
+            f"{esc(self.event.summary)}"
             f"<table style='{_STYLE}'>{rows}</table></div>"
         )
