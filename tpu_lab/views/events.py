@@ -74,8 +74,12 @@ class EventLogView(View):
         body = "".join(rows) or "<tr><td colspan='5' style='padding:4px'>(none yet)</td></tr>"
         return (
             f"<div><b>{esc(self.title)}</b> ({len(self.events)})"
-            f"<table style='{_STYLE}'><thead><tr style='text-align:left'><th>#</th><th>cell</th>"
-            f"<th>kind</th><th>what happened</th><th>where</th></tr></thead>"
+            f"<table style='{_STYLE}'><thead><tr style='text-align:left'>"
+            + "".join(
+                f"<th style='padding:2px 6px'>{h}</th>"
+                for h in ("#", "cell", "kind", "what happened", "where")
+            )
+            + "</tr></thead>"
             f"<tbody>{body}</tbody></table></div>"
         )
 
