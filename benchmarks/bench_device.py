@@ -42,20 +42,12 @@ def _row(name: str, cpu: float, tpu: float, target: str, ratio: float | None = N
 
 
 def bench_generate(repeats: int) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    torch.manual_seed(0)
+    from tpu_lab.models import save_tiny_llama
+
     with tempfile.TemporaryDirectory() as folder:
-        LlamaForCausalLM(config).save_pretrained(folder)
+        save_tiny_llama(folder)
         cpu_model = LlamaForCausalLM.from_pretrained(folder).eval()
         tpu_model = LlamaForCausalLM.from_pretrained(folder, device_map="tpu").eval()
     ids = torch.randint(0, 256, (1, 8))

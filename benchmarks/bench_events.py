@@ -22,17 +22,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-    )  # fmt: skip
-    torch.manual_seed(0)
+    from tpu_lab.models import TINY_LLAMA, save_tiny_llama
+
     with tempfile.TemporaryDirectory() as folder:
-        LlamaForCausalLM(config).save_pretrained(folder)
+        save_tiny_llama(folder)
         model = LlamaForCausalLM.from_pretrained(folder, device_map="tpu").eval()
-    ids = torch.randint(0, 256, (1, 8)).to("tpu")
+    ids = torch.randint(0, TINY_LLAMA["vocab_size"], (1, 8)).to("tpu")
     kw = {"max_new_tokens": 32, "min_new_tokens": 32, "do_sample": False}
 
     def run(enabled: bool) -> float:

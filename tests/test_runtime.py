@@ -142,3 +142,10 @@ def test_kernel_install(tmp_path):
     )
     assert spec["env"] == {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "TPU_LAB_BACKEND": "bundled"}
     assert spec["display_name"] == "Python (tpu_lab simulated TPU)"
+
+
+def test_the_tour_runs_and_checks_itself():
+    out = _python("from tpu_lab.cli import main; raise SystemExit(main(['tour']))")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "same as CPU:   True" in out.stdout
+    assert "torch.OutOfMemoryError: RESOURCE_EXHAUSTED" in out.stdout

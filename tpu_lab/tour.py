@@ -30,25 +30,17 @@ def run() -> int:
 
     _step("A tiny Llama: from_pretrained(dir, device_map='tpu'), greedy generate")
     try:
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers import LlamaForCausalLM
     except ImportError:
         print("transformers is not installed: pip install 'tpu-lab[hf]' for this step.")
         return 0
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
+    from .models import TINY_LLAMA, save_tiny_llama
+
     with tempfile.TemporaryDirectory() as folder:
-        LlamaForCausalLM(config).save_pretrained(folder)
+        save_tiny_llama(folder)
         cpu_model = LlamaForCausalLM.from_pretrained(folder).eval()
         tpu_model = LlamaForCausalLM.from_pretrained(folder, device_map="tpu").eval()
-    ids = torch.randint(0, config.vocab_size, (1, 8))
+    ids = torch.randint(0, TINY_LLAMA["vocab_size"], (1, 8))
     start = time.perf_counter()
     on_tpu = tpu_model.generate(ids.to("tpu"), max_new_tokens=24, do_sample=False).cpu()
     tpu_s = time.perf_counter() - start

@@ -1,0 +1,30 @@
+"""Tiny models built from configs (nothing is downloaded), saved so that the real
+``from_pretrained`` path loads them: for the tour, the benchmarks and the notebooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The tiny Llama of the tour and the benchmarks ("tiny-Llama" in the README's figures).
+TINY_LLAMA = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
+
+
+def save_tiny_llama(folder: str | Path, seed: int = 0) -> Path:
+    """Build the tiny Llama with random weights (seeded) and ``save_pretrained`` it to
+    ``folder``; needs ``pip install 'tpu-lab[hf]'``."""
+    try:
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as exc:
+        raise ImportError("The tiny Llama needs transformers: pip install 'tpu-lab[hf]'") from exc
+    torch.manual_seed(seed)
+    LlamaForCausalLM(LlamaConfig(**TINY_LLAMA)).save_pretrained(folder)
+    return Path(folder)
