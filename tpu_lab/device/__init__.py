@@ -55,12 +55,14 @@ def install() -> None:
             kernels,
             storage,
             tpu_module,
+            transfers,
         )
 
         _setup_privateuseone_for_python_backend("tpu", backend_module=tpu_module.build())
         fallback = torch.library.Library("_", "IMPL")
         lib = torch.library.Library("aten", "IMPL")
         kernels.register(lib)
+        transfers.register(lib)
         attention.register(lib)
         composite.register(lib)
         autocast.register(lib, fallback)

@@ -9,9 +9,10 @@ storage's :class:`~tpu_lab.device.driver.Block` holds a CPU tensor with the byte
   kernel, and wraps fresh CPU results as "tpu" tensors (charging HBM);
 * allocation ops (factories, ``*_like``, transfers) check HBM before host memory is touched.
 
-One Python kernel is registered per ATen overload that has a CPU (or CompositeExplicitAutograd)
-kernel; the fallback-only design hits an internal assert under dispatch modes (FakeTensorMode).
-The per-op plan (view, in-place, out=, random...) is worked out on the op's first call.
+One Python kernel is registered per ATen overload that has a CPU or CompositeExplicit kernel
+(transfers have their own, in transfers.py); a fallback-only design hits an internal assert
+under dispatch modes (FakeTensorMode). The per-op plan (view, in-place, out=, random...) is
+worked out on the op's first call.
 """
 
 from __future__ import annotations
@@ -411,62 +412,6 @@ def _kernel(qualname: str):
     return kernel
 
 
-def _copy_from(src: _Tensor, dst: _Tensor, non_blocking: bool = False) -> _Tensor:
-    """Cross-device copies: ``x.to('tpu')``, ``x.cpu()``, ``dst.copy_(src)``."""
-    if src.device.type == "tpu" and dst.device.type != "tpu":
-        sync_point("copy to host")
-    if hooks.observers and src.device.type != dst.device.type:
-        direction = f"{src.device.type}->{dst.device.type}"
-        hooks.emit("transfer", direction=direction, nbytes=src.numel() * src.element_size())
-    target = payload(dst) if dst.device.type == "tpu" else dst
-    target.copy_(payload(src) if src.device.type == "tpu" else src)
-    return dst
-
-
-_to_copy_op = aten._to_copy.default
-_EXPLICIT = torch._C.DispatchKey.CompositeExplicitAutograd
-
-
-def _to_copy(x, **kwargs):
-    """``x.to(...)`` to or from "tpu": one CPU ``_to_copy`` (transfers are checked against HBM
-    before host memory is allocated).
-
-    ``non_blocking`` is dropped: every copy on the bundled device completes before it returns,
-    and a non-blocking copy to the CPU would ask for pinned memory, which a Python backend
-    cannot provide.
-    """
-    kwargs["non_blocking"] = False
-    source = x.device.type
-    if source not in ("cpu", "tpu"):  # meta and other devices: PyTorch's generic kernel
-        return _to_copy_op._op_dk(_EXPLICIT, x, **kwargs)
-    src = payload(x) if source == "tpu" else x
-    device = kwargs.get("device")
-    target = device.type if device is not None else source
-    if target != "tpu":
-        sync_point("copy to host")
-        if hooks.observers:
-            hooks.emit("transfer", direction="tpu->cpu", nbytes=x.numel() * x.element_size())
-        return _to_copy_op(src, **kwargs)
-    nbytes = x.numel() * (kwargs.get("dtype") or x.dtype).itemsize
-    if source == "cpu" and hooks.observers:
-        hooks.emit("transfer", direction="cpu->tpu", nbytes=nbytes)
-    c = chip()
-    if c.live + nbytes > c.capacity:
-        c.check(nbytes)
-    kwargs["device"] = _CPU
-    return wrap(_to_copy_op(src, **kwargs))
-
-
-def _copy_from_and_resize(src: _Tensor, dst: _Tensor) -> _Tensor:
-    if dst.device.type == "tpu":
-        inner = payload(dst)
-        inner.resize_(src.shape)
-        _sync_after_write(dst, inner)
-    else:
-        dst.resize_(src.shape)
-    return _copy_from(src, dst)
-
-
 def _aten_overloads() -> list[str]:
     """Every ``aten`` overload with a CPU or CompositeExplicitAutograd kernel, not yet on tpu."""
     has = torch._C._dispatch_has_kernel_for_dispatch_key
@@ -496,7 +441,4 @@ def register(lib: torch.library.Library) -> int:
     names = _aten_overloads()
     for name in names:
         lib.m.impl(name, "PrivateUse1", _kernel(name), False)
-    lib.m.impl("_copy_from", "PrivateUse1", _copy_from, False)
-    lib.m.impl("_copy_from_and_resize", "PrivateUse1", _copy_from_and_resize, False)
-    lib.m.impl("_to_copy", "PrivateUse1", _to_copy, False)
-    return len(names) + 3
+    return len(names)
