@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
 from .runtime import select
+from .runtime.base import _chips
 
 _ENV_VARS = (
     "TPU_LAB_BACKEND",
@@ -100,7 +101,7 @@ def diagnose() -> Report:
         s = active.status()
         r.rows.append(("backend", s.backend + (" (simulated)" if s.simulated else "")))
         r.rows.append(("device", f"tpu:0 = {s.device_name}"))
-        r.rows.append(("topology", f"{s.topology} {s.topology_shape}, {s.chips} chips"))
+        r.rows.append(("topology", f"{s.topology} {s.topology_shape}, {_chips(s.chips)}"))
         r.rows.append(("HBM per chip", _gib(s.memory.capacity)))
         r.rows.append(("eager mode", s.eager_mode))
         if hardware and s.simulated:

@@ -28,11 +28,15 @@ class DeviceStatus:
         return (
             f"backend   {self.backend} ({kind})\n"
             f"device    tpu:0 = {self.device_name}\n"
-            f"topology  {self.topology} {self.topology_shape}, {self.chips} chips; "
+            f"topology  {self.topology} {self.topology_shape}, {_chips(self.chips)}; "
             f"this process drives {self.devices_in_process}\n"
             f"HBM       {_usage(m)}\n"
             f"eager     {self.eager_mode}"
         )
+
+
+def _chips(n: int) -> str:
+    return f"{n} chip" if n == 1 else f"{n} chips"
 
 
 def _usage(m: MemoryStats) -> str:
