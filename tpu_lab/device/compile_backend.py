@@ -17,7 +17,7 @@ import torch
 
 from . import hooks
 from .driver import PAYLOAD
-from .kernels import _MetaKernels, payload, wrap
+from .kernels import _MetaKernels, _unwrap, wrap
 
 #: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten").
 LOWERING_ENV = "TPU_LAB_COMPILE_LOWERING"
@@ -83,12 +83,6 @@ def _cpu_fake(t):
     return t
 
 
-def _unwrap(x):
-    if isinstance(x, torch.Tensor) and x.device.type == "tpu":
-        return payload(x)
-    return x
-
-
 def _wrap(out, pairs):
     if not isinstance(out, torch.Tensor) or out.device.type != "cpu":
         return out
@@ -124,7 +118,7 @@ def _lower(gm: torch.fx.GraphModule, example_inputs):
             return gm(*args)
 
     def run(args):
-        inputs = [_unwrap(a) for a in args]
+        inputs = [_unwrap(a, False) for a in args]
         pairs = [
             (a, u)
             for a, u in zip(args, inputs, strict=True)

@@ -192,23 +192,10 @@ def _run_view(op, args, kwargs):
 
 
 def _run_compute(op, strict, args, kwargs, kw_unwrap=True):
-    uargs = []
-    for a in args:
-        if isinstance(a, _Tensor):
-            block = getattr(a.untyped_storage(), PAYLOAD, None)
-            if block is not None:
-                uargs.append(_view_of(block, a))
-                continue
-        uargs.append(_unwrap(a, strict))
+    uargs = [_unwrap(a, strict) for a in args]
     if kwargs and kw_unwrap:
         kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
-    out = op(*uargs, **kwargs)
-    if isinstance(out, _Tensor):
-        for i, u in enumerate(uargs):
-            if out is u:  # the CPU kernel returned an input as is
-                return args[i]
-        return wrap(out)
-    return _wrap_results(out, args, uargs)
+    return _wrap_results(op(*uargs, **kwargs), args, uargs)
 
 
 def _run_device_arg(plan, op, args, kwargs):

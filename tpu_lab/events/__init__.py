@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from ..device import hooks
+from ..device.driver import format_bytes
 from .context import ipython_cell, user_frame
 from .dynamo import STORM, DynamoCollector
 from .explain import Explanation, explain_guard
@@ -23,12 +24,6 @@ EVENTS_ENV = "TPU_LAB_EVENTS"
 log = EventLog()
 log.cell = ipython_cell
 _dynamo = DynamoCollector(log)
-
-
-def _format_bytes(n: int) -> str:
-    from ..device.driver import format_bytes
-
-    return format_bytes(n)
 
 
 def _on_device(kind: str, data: dict) -> None:
@@ -47,7 +42,7 @@ def _on_device(kind: str, data: dict) -> None:
                 reason="copy to host",
                 nbytes=data["nbytes"],
             )
-        text = f"{data['direction']} copy of {_format_bytes(data['nbytes'])}"
+        text = f"{data['direction']} copy of {format_bytes(data['nbytes'])}"
         log.record("transfer", text, where=where, **data)
     elif kind in ("cache_hit", "cache_miss"):
         _record_cache(kind, data)
