@@ -137,14 +137,6 @@ def _assert_on_tpu(module):
     assert devices == {torch.device("tpu", 0)}
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    yield
-    torch._dynamo.reset()
-
-
 def _compiled_graphs() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 

@@ -211,14 +211,6 @@ def test_greedy_generate_static_cache_eager_equal_to_cpu(model_dirs, name):
     assert torch.equal(expected, actual)
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.mark.parametrize("lowering", ["aten", "inductor"])
 def test_greedy_generate_static_cache_compiled(model_dirs, lowering, monkeypatch, fresh_dynamo):
     """transformers compiles the decode step for a static cache on "tpu" (not on the CPU),
