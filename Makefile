@@ -20,4 +20,4 @@ test:
 
 bench:
 	VENV=$(VENV) scripts/setup.sh dev
-	$(VENV)/bin/python benchmarks/bench_device.py
+	$(VENV)/bin/python benchmarks/run_all.py

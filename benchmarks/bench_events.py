@@ -15,12 +15,14 @@ import time
 import torch
 
 import tpu_lab  # noqa: F401
+from _record import quick, record
 from tpu_lab import events
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=5 if quick() else 15)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
     from transformers import LlamaForCausalLM
 
@@ -46,11 +48,15 @@ def main() -> None:
         off.append(run(False))
     events.log.enabled = True
     per_run = len(events.log.events()) / args.repeats
-    ratio = statistics.median(on) / statistics.median(off)
-    print(
-        f"tiny-Llama generate, 32 tokens: recording off {statistics.median(off) * 1e3:.1f} ms, "
-        f"on {statistics.median(on) * 1e3:.1f} ms, ratio {ratio:.3f} "
-        f"({per_run:.0f} events per generate; target <= 1.03)"
+    record(
+        "events",
+        "tiny-Llama generate (32 tokens), event log on",
+        statistics.median(on) * 1e3,
+        "ms",
+        baseline=statistics.median(off) * 1e3,
+        baseline_label="log off",
+        target=1.03,
+        note=f"{per_run:.0f} events per generate",
     )
 
     def decode(mode) -> float:
@@ -68,12 +74,15 @@ def main() -> None:
     for _ in range(args.repeats):
         fused.append(decode(fuse))
         eager.append(decode(never))
-    ratio = statistics.median(fused) / statistics.median(eager)
-    print(
-        f"warm decode loop, 32 steps: DEFER_NEVER {statistics.median(eager) * 1e3:.1f} ms, "
-        f"DEFER_AND_FUSE {statistics.median(fused) * 1e3:.1f} ms, ratio {ratio:.3f} "
-        f"(cache hits {torch.tpu._get_cache_hits()} of {torch.tpu._get_cache_requests()}; "
-        "the bundled device records the graphs but does not fuse them)"
+    record(
+        "events",
+        "warm decode loop (32 steps), DEFER_AND_FUSE",
+        statistics.median(fused) * 1e3,
+        "ms",
+        baseline=statistics.median(eager) * 1e3,
+        baseline_label="DEFER_NEVER",
+        note=f"cache hits {torch.tpu._get_cache_hits()} of {torch.tpu._get_cache_requests()}; "
+        "graphs recorded, not fused",
     )
 
 
