@@ -1,0 +1,269 @@
+"""The live dashboard's Python side: its state after events, the eager/compiled toggle, bounded and
+batched updates, the update after every IPython cell, and the static fallback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import tpu_lab
+from tpu_lab.events import EventLog
+from tpu_lab.views._dashboard_view import DashboardView
+
+pytest.importorskip("anywidget", reason="the dashboard needs the [lab] extra")
+from tpu_lab.views.dashboard import Dashboard, widget_file  # noqa: E402
+
+RECOMPILE = {
+    "reason": "0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8",
+    "function": "f (cell.py:1)",
+    "changes": ["argument x: dimension 0 changed from 4 to 8"],
+    "hints": ["pad or bucket this dimension"],
+    "compile_seconds": 0.5,
+    "site_compile_seconds": 1.0,
+    "recompiles_here": 1,
+}
+
+
+@pytest.fixture
+def log():
+    return EventLog(capacity=100_000)
+
+
+@pytest.fixture
+def dashboards():
+    made = []
+
+    def make(**kwargs):
+        made.append(Dashboard(**kwargs))
+        return made[-1]
+
+    yield make
+    for dashboard in made:
+        dashboard.close()
+
+
+@pytest.fixture
+def restore_mode():
+    before = torch.tpu.eager_mode
+    yield
+    torch.tpu.eager_mode = before
+
+
+def wait_for(condition, timeout=10.0):
+    """Poll until ``condition()`` holds (the worker thread updates on its own)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_state_after_events_groups_cells_and_explains_recompiles(log, dashboards):
+    log.cell = lambda: 3
+    log.record("compile", "compiled f in 0.50 s (2 ops)", where="/tmp/ipykernel_1/2.py:4")
+    log.record("recompile", "recompiled f: argument x: dimension 0 changed from 4 to 8",
+               where="/tmp/ipykernel_1/2.py:5", **RECOMPILE)  # fmt: skip
+    dash = dashboards(log=log, poll=60)  # history: recorded before the dashboard opened
+    log.cell = lambda: 4
+    for _ in range(3):
+        log.record("sync", "host waited for the device (item)", where="/home/me/a.py:9")
+    dash.flush()
+    assert [(e["seq"], e["kind"], e["cell"]) for e in dash.events] == [
+        (1, "compile", 3), (2, "recompile", 3), (3, "sync", 4), (4, "sync", 4), (5, "sync", 4),
+    ]  # fmt: skip
+    assert dash.events[1]["where"] == "2.py:5"
+    assert "argument x: dimension 0 changed from 4 to 8" in dash.events[1]["explanation"]
+    assert "pad or bucket this dimension" in dash.events[1]["explanation"]
+    assert dash.events[0]["explanation"] == ""
+    assert dash.cells == [
+        {"cell": 3, "total": 2, "counts": {"compile": 1, "recompile": 1}},
+        {"cell": 4, "total": 3, "counts": {"sync": 3}},
+    ]
+    assert dash.seen == 5
+    assert dash.cache["compiles"] == 1 and dash.cache["recompiles"] == 1
+    assert set(dash.cache) == {"requests", "hits", "misses", "compiles", "recompiles"}
+
+
+def test_device_state_shows_the_topology_and_the_chip_this_process_drives(log, dashboards):
+    tpu_lab.use_topology("v6e-4")
+    try:
+        x = torch.ones(1024, device="tpu")
+        dash = dashboards(log=log, poll=60)
+        assert dash.device["topology"] == "v6e-4"
+        assert dash.device["topology_shape"] == [2, 2, 1]
+        assert [c["driven"] for c in dash.chips] == [True, False, False, False]
+        assert dash.chips[0]["live"] >= x.nbytes and dash.chips[0]["capacity"] == 32 << 30
+        assert dash.chips[1]["live"] == 0 and dash.chips[1]["capacity"] == 32 << 30
+        del x
+    finally:
+        tpu_lab.use_topology("v6e-1")
+
+
+def test_the_toggle_switches_torch_tpu_eager_mode(log, dashboards, restore_mode):
+    torch.tpu.eager_mode = torch.tpu.EagerMode.DEFER_NEVER
+    dash = dashboards(log=log, poll=60)
+    assert dash.eager_mode == "DEFER_NEVER"
+    dash.set_state({"eager_mode": "DEFER_AND_FUSE"})  # what a click in the front end sends
+    assert torch.tpu.eager_mode is torch.tpu.EagerMode.DEFER_AND_FUSE
+    assert dash.error == ""
+    dash.set_state({"eager_mode": "DEFER_NEVER"})
+    assert torch.tpu.eager_mode is torch.tpu.EagerMode.DEFER_NEVER
+
+
+def test_mode_changes_elsewhere_reach_the_widget_without_a_flush(log, dashboards, restore_mode):
+    torch.tpu.eager_mode = torch.tpu.EagerMode.DEFER_NEVER
+    dash = dashboards(log=log, interval=0.02, poll=60)
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING):
+        assert wait_for(lambda: dash.eager_mode == "DEFER_NEVER_AND_LAUNCH_BLOCKING")
+    assert wait_for(lambda: dash.eager_mode == "DEFER_NEVER")
+
+
+@pytest.mark.parametrize("wanted", ["BOGUS", "_INTERNAL_COMPILE_FX_GRAPH"])
+def test_an_unknown_mode_is_refused_and_the_toggle_reverts(log, dashboards, restore_mode, wanted):
+    torch.tpu.eager_mode = torch.tpu.EagerMode.DEFER_NEVER
+    dash = dashboards(log=log, poll=60)
+    dash.set_state({"eager_mode": wanted})
+    assert torch.tpu.eager_mode is torch.tpu.EagerMode.DEFER_NEVER
+    assert dash.eager_mode == "DEFER_NEVER"
+    assert dash.error == (
+        f"Unknown eager mode {wanted!r}; use one of DEFER_NEVER, DEFER_AND_FUSE, "
+        "DEFER_NEVER_AND_LAUNCH_BLOCKING."
+    )
+
+
+def test_events_reach_the_widget_without_a_flush(log, dashboards):
+    dash = dashboards(log=log, interval=0.02, poll=60)
+    log.record("transfer", "cpu->tpu copy of 4 B", direction="cpu->tpu", nbytes=4)
+    assert wait_for(lambda: dash.seen == 1)
+    assert dash.events[-1]["summary"] == "cpu->tpu copy of 4 B"
+
+
+def test_a_flood_is_batched_and_bounded_and_keeps_the_recompile(log, dashboards):
+    interval = 0.05
+    dash = dashboards(log=log, interval=interval, poll=60, max_events=20, max_notable=5)
+    first = dash.batches
+    log.record("recompile", "recompiled f: argument x: dimension 0 changed from 4 to 8",
+               **RECOMPILE)  # fmt: skip
+    start = time.monotonic()
+    n = 0
+    while time.monotonic() - start < 0.5 or n < 5000:
+        log.record("cache_hit", "compile cache hit: graph of 3 ops at item", ops=3, reason="item")
+        n += 1
+    elapsed = time.monotonic() - start
+    dash.flush()
+    sent = dash.batches - first
+    assert sent <= elapsed / interval + 3  # coalesced: never more than one update per interval
+    assert dash.max_batch > 1
+    assert len(dash.events) == 21  # the 20 newest plus the recompile they pushed out
+    assert dash.events[0]["kind"] == "recompile"
+    assert dash.seen == n + 1
+    assert dash.cells == [
+        {"cell": None, "total": n + 1, "counts": {"recompile": 1, "cache_hit": n}}
+    ]
+
+
+def test_after_each_ipython_cell_lazily_recorded_compilations_are_shown(log, dashboards):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    pending = []
+
+    def pull():  # like Dynamo's collector: compilations finished earlier, recorded on read
+        done = pending[:]
+        pending.clear()
+        for text in done:
+            log.record("compile", text)
+
+    log.pull = pull
+    dash = dashboards(log=log, poll=60, interval=60)
+    shell.user_ns["pending"] = pending
+    shell.run_cell("pending.append('compiled f in 0.10 s (1 ops)')")
+    assert [e["summary"] for e in dash.events] == ["compiled f in 0.10 s (1 ops)"]
+    dash.close()
+    shell.run_cell("pending.append('compiled g in 0.10 s (1 ops)')")
+    assert len(dash.events) == 1  # closed: unhooked
+
+
+def test_close_stops_updates(log, dashboards, restore_mode):
+    dash = dashboards(log=log, interval=0.01, poll=0.01)
+    dash.close()
+    assert not dash._worker.is_alive()
+    updates = dash.updates
+    log.record("sync", "host waited for the device (item)")
+    torch.tpu.eager_mode = torch.tpu.EagerMode.DEFER_AND_FUSE
+    time.sleep(0.05)
+    assert dash.updates == updates and dash.seen == 0
+
+
+def test_bad_settings_are_refused(log):
+    with pytest.raises(ValueError, match="interval and poll must be positive seconds, got 0"):
+        Dashboard(log=log, interval=0)
+    with pytest.raises(ValueError, match="max_events and max_cells must be at least 1"):
+        Dashboard(log=log, max_events=0)
+
+
+def test_the_front_end_is_loaded_from_the_widgets_folder():
+    js, css = widget_file("dashboard.js"), widget_file("dashboard.css")
+    assert js.parent.name in ("widgets", "_widgets")
+    assert str(Dashboard._esm) == js.read_text() and "export default { render }" in js.read_text()
+    assert str(Dashboard._css) == css.read_text()
+    with pytest.raises(FileNotFoundError, match="reinstall tpu-lab"):
+        widget_file("missing.js")
+
+
+def test_fallback_bundle_has_the_widget_and_static_html_and_text(log, dashboards):
+    log.record("recompile", "recompiled f: <x> changed", **RECOMPILE)
+    dash = dashboards(log=log, poll=60)
+    data, _ = dash._repr_mimebundle_()
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == dash.model_id
+    assert "recompiled f: &lt;x&gt; changed" in data["text/html"]
+    assert "<x>" not in data["text/html"] and "why?" in data["text/html"]
+    assert data["text/plain"].startswith("tpu_lab dashboard · ")
+    assert "recompiled f: <x> changed" in data["text/plain"]
+
+
+STATE = {
+    "device": {"backend": "tpu_lab bundled device", "simulated": True,
+               "device_name": "TPU v6e (simulated)", "topology": "v6e-4",
+               "topology_shape": [2, 2, 1], "chips": 4, "devices_in_process": 1},
+    "chips": [{"index": 0, "driven": True, "capacity": 32 << 30, "live": 8 << 30,
+               "peak": 12 << 30, "measured": True},
+              {"index": 1, "driven": False, "capacity": 32 << 30, "live": 0, "peak": 0,
+               "measured": False}],
+    "cache": {"requests": 4, "hits": 3, "misses": 1, "compiles": 1, "recompiles": 2},
+    "events": [{"seq": 7, "kind": "recompile", "summary": "recompiled f: x changed", "cell": 5,
+                "where": "2.py:5", "time": 0.0, "explanation": "<b>why</b>"},
+               {"seq": 9, "kind": "sync", "summary": "host waited", "cell": 6, "where": "",
+                "time": 0.0, "explanation": ""}],
+    "cells": [{"cell": 5, "total": 40, "counts": {"recompile": 2, "sync": 38}},
+              {"cell": 6, "total": 1, "counts": {"sync": 1}}],
+    "seen": 41, "modes": [], "eager_mode": "DEFER_AND_FUSE", "error": "", "updates": 3,
+}  # fmt: skip
+
+
+def test_static_text_at_a_fixed_width():
+    assert DashboardView(STATE).to_text(width=90) == (
+        "tpu_lab dashboard · TPU v6e (simulated) · v6e-4 (2,2,1), 4 chips; this process drives 1\n"
+        "  eager mode     DEFER_AND_FUSE\n"
+        "  compile cache  hit rate 75% (3 of 4 graphs)\n"
+        "  torch.compile  1 compile, 2 recompiles\n"
+        "  HBM chip 0     ██░░░░░░░░ 8.00 GiB / 32.00 GiB, peak 12.00 GiB\n"
+        "  HBM chip 1     32.00 GiB, driven by another process\n"
+        "  events (2 shown of 41)\n"
+        "  In [6] · 1 event\n"
+        "        9 sync        host waited\n"
+        "  In [5] · 40 events\n"
+        "        7 recompile   recompiled f: x changed  2.py:5"
+    )
+
+
+def test_static_html_has_gauges_and_explanations():
+    html = DashboardView(STATE).to_html()
+    assert "width:25.0%" in html and "left:37.5%" in html  # live and peak of chip 0
+    assert "driven by another process" in html
+    assert html.index("In [6]") < html.index("In [5]")  # newest cell first
+    assert "<details><summary style='cursor:pointer;color:#6b7280'>why?</summary><b>why</b>" in html
+    assert "hit rate <b>75% (3 of 4 graphs)</b>" in html

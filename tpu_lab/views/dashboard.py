@@ -1,0 +1,353 @@
+"""The live dashboard: per-chip HBM, the eager/compiled toggle, compile-cache hit rate and the event
+feed grouped by notebook cell, as an anywidget that updates while cells run.
+
+The event log calls :meth:`_Feed.add` for every event (a few deque and counter operations under a
+lock); a worker thread turns what accumulated into at most one widget update every ``interval``
+seconds, keeping at most ``max_events`` recent events (plus ``max_notable`` compilations,
+recompilations, cache misses, OOMs and mode changes, so that a flood of transfers cannot push a
+recompile out of view). After every IPython cell the dashboard also collects lazily recorded
+compilations and updates at once. Where no widget manager runs, the same state renders as
+text/html and text/plain (:class:`DashboardView`).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from pathlib import Path
+
+import torch
+import traitlets
+
+from ..device import modes
+from ..events import Event, EventLog
+from ..runtime import backend
+from ._dashboard_view import DashboardView
+from ._widget_protocol import MODES, NOTABLE, CacheState, ChipState, DeviceState, event_state
+
+try:
+    import anywidget
+except ImportError as exc:  # the [lab] extra
+    raise ImportError(
+        "The live dashboard needs anywidget: pip install 'tpu-lab[lab]'. Without it, "
+        "tpu_lab.status() and tpu_lab.event_log() render the same information as text and HTML."
+    ) from exc
+
+__all__ = ["Dashboard", "DashboardView", "widget_file"]
+
+
+def widget_file(name: str) -> Path:
+    """A front-end file: packaged in the wheel as ``tpu_lab/_widgets/``, in a source checkout the
+    top-level ``widgets/`` (loaded by path, so anywidget hot-reloads it with ANYWIDGET_HMR=1)."""
+    package = Path(__file__).resolve().parent.parent
+    for folder in (package / "_widgets", package.parent / "widgets"):
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(
+        f"The widget file {name!r} is missing from {package / '_widgets'} and "
+        f"{package.parent / 'widgets'}; reinstall tpu-lab (pip install --force-reinstall tpu-lab)."
+    )
+
+
+class _Feed:
+    """What the event log delivered since the dashboard opened, bounded."""
+
+    def __init__(self, max_events: int, max_notable: int, max_cells: int) -> None:
+        self.lock = threading.Lock()
+        self.recent: collections.deque[Event] = collections.deque(maxlen=max_events)
+        self.notable: collections.deque[Event] = collections.deque(maxlen=max_notable)
+        self.cells: collections.OrderedDict[int | None, collections.Counter[str]] = (
+            collections.OrderedDict()
+        )
+        self.max_cells = max_cells
+        self.kinds: collections.Counter[str] = collections.Counter()
+        self.seen = 0
+        self.pending = 0  # events since the last snapshot
+        self.first_live: int | None = None
+
+    def add(self, event: Event) -> bool:
+        """Keep ``event``; True when it is the first since the last snapshot."""
+        with self.lock:
+            if self.first_live is None:
+                self.first_live = event.seq
+            self._keep(event)
+            self.pending += 1
+            return self.pending == 1
+
+    def add_history(self, events: list[Event]) -> None:
+        """Events recorded before the dashboard subscribed (those delivered live are skipped)."""
+        with self.lock:
+            for event in events:
+                if self.first_live is None or event.seq < self.first_live:
+                    self._keep(event)
+
+    def _keep(self, event: Event) -> None:
+        self.recent.append(event)
+        if event.kind in NOTABLE:
+            self.notable.append(event)
+        counts = self.cells.get(event.cell)
+        if counts is None:
+            counts = self.cells[event.cell] = collections.Counter()
+            if len(self.cells) > self.max_cells:
+                self.cells.popitem(last=False)
+        counts[event.kind] += 1
+        self.kinds[event.kind] += 1
+        self.seen += 1
+
+    def snapshot(self) -> tuple[list[Event], list[dict], dict[str, int], int, int]:
+        """(kept events by seq, per-cell counts, counts by kind, events seen, batch size)."""
+        with self.lock:
+            kept = {e.seq: e for e in self.recent}
+            kept.update((e.seq, e) for e in self.notable)
+            cells = [
+                {"cell": cell, "total": sum(c.values()), "counts": dict(c)}
+                for cell, c in self.cells.items()
+            ]
+            batch, self.pending = self.pending, 0
+            return [kept[s] for s in sorted(kept)], cells, dict(self.kinds), self.seen, batch
+
+
+def _eager_mode() -> str:
+    mode = torch.tpu.eager_mode
+    return getattr(mode, "name", str(mode))
+
+
+def _device() -> tuple[DeviceState, list[ChipState]]:
+    status = backend().status()
+    first = 0
+    if status.simulated:
+        from ..device import chip
+
+        first = chip().index
+    driven = range(first, first + status.devices_in_process)
+    m = status.memory
+    chips: list[ChipState] = [
+        {
+            "index": i,
+            "driven": i in driven,
+            "capacity": m.capacity,
+            "live": m.live if i == first else 0,
+            "peak": m.peak if i == first else 0,
+            "measured": m.measured and i == first,
+        }
+        for i in range(max(status.chips, status.devices_in_process))
+    ]
+    device: DeviceState = {
+        "backend": status.backend,
+        "simulated": status.simulated,
+        "device_name": status.device_name,
+        "topology": status.topology,
+        "topology_shape": list(status.topology_shape),
+        "chips": status.chips,
+        "devices_in_process": status.devices_in_process,
+    }
+    return device, chips
+
+
+class Dashboard(anywidget.AnyWidget):
+    """The live dashboard of this process's "tpu" device (``%tpu dashboard``).
+
+    ``Dashboard()`` watches ``tpu_lab.events.log``; it stays live until :meth:`close`.
+    ``interval`` is the shortest time between two updates (seconds), ``poll`` how often HBM and the
+    cache counters are re-read while no events arrive.
+    """
+
+    _esm = widget_file("dashboard.js")
+    _css = widget_file("dashboard.css")
+
+    device = traitlets.Dict().tag(sync=True)
+    chips = traitlets.List().tag(sync=True)
+    cache = traitlets.Dict().tag(sync=True)
+    events = traitlets.List().tag(sync=True)
+    cells = traitlets.List().tag(sync=True)
+    seen = traitlets.Int(0).tag(sync=True)
+    modes = traitlets.List(MODES).tag(sync=True)
+    #: The eager mode (a torch.tpu.EagerMode name); set from the front end, it switches the mode.
+    eager_mode = traitlets.Unicode("").tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+    updates = traitlets.Int(0).tag(sync=True)
+
+    def __init__(
+        self,
+        *,
+        log: EventLog | None = None,
+        interval: float = 0.15,
+        poll: float = 1.0,
+        max_events: int = 150,
+        max_notable: int = 50,
+        max_cells: int = 40,
+        **kwargs,
+    ) -> None:
+        if interval <= 0 or poll <= 0:
+            raise ValueError(
+                f"interval and poll must be positive seconds, got {interval} and {poll}."
+            )
+        if max_events < 1 or max_notable < 0 or max_cells < 1:
+            raise ValueError(
+                "max_events and max_cells must be at least 1 and max_notable at least 0, got "
+                f"{max_events}, {max_cells} and {max_notable}."
+            )
+        if log is None:
+            from ..events import log
+        super().__init__(**kwargs)
+        self.interval = interval
+        self.poll = poll
+        self._log = log
+        self._feed = _Feed(max_events, max_notable, max_cells)
+        self._states: dict[int, dict] = {}
+        self._flush_lock = threading.RLock()
+        self._sending = threading.local()  # set while flush() writes traits: not the user's toggle
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._last_flush = 0.0
+        #: Updates sent and the largest batch of events one update carried.
+        self.batches = 0
+        self.max_batch = 0
+        self._unsubscribe = log.subscribe(self._on_event)
+        self._feed.add_history(log.events())
+        modes.SETTINGS.listeners.append(self._on_mode)
+        self._shell = self._hook_cells()
+        self.observe(self._on_toggle, names="eager_mode")
+        self.flush()
+        self._worker = threading.Thread(target=self._run, name="tpu_lab-dashboard", daemon=True)
+        self._worker.start()
+
+    # -- collecting ---------------------------------------------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        if self._feed.add(event):
+            self._wake.set()
+
+    def _on_mode(self, old, new) -> None:
+        self._wake.set()
+
+    def _hook_cells(self):
+        import sys
+
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython else None
+        if shell is not None:
+            shell.events.register("post_run_cell", self._after_cell)
+        return shell
+
+    def _after_cell(self, result=None) -> None:
+        self._log.pull()  # compilations Dynamo finished during the cell
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.poll)
+            self._wake.clear()
+            delay = self._last_flush + self.interval - time.monotonic()
+            if self._stop.wait(max(delay, 0)):
+                return
+            self.flush()
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        """The current state as the front end receives it (every synced trait but the code)."""
+        return {
+            "device": self.device,
+            "chips": self.chips,
+            "cache": self.cache,
+            "events": self.events,
+            "cells": self.cells,
+            "seen": self.seen,
+            "modes": self.modes,
+            "eager_mode": self.eager_mode,
+            "error": self.error,
+            "updates": self.updates,
+        }
+
+    def flush(self) -> bool:
+        """Send what changed since the last update now; True when something was sent."""
+        with self._flush_lock:
+            events, cells, kinds, seen, batch = self._feed.snapshot()
+            states = {e.seq: self._states.get(e.seq) or event_state(e) for e in events}
+            self._states = states
+            device, chips = _device()
+            stats = backend().cache_stats()
+            cache: CacheState = {
+                "requests": stats["requests"],
+                "hits": stats["hits"],
+                "misses": stats["misses"],
+                "compiles": kinds.get("compile", 0),
+                "recompiles": kinds.get("recompile", 0),
+            }
+            new = {
+                "device": device,
+                "chips": chips,
+                "cache": cache,
+                "events": list(states.values()),
+                "cells": cells,
+                "seen": seen,
+                "eager_mode": _eager_mode(),
+            }
+            changed = {name: v for name, v in new.items() if getattr(self, name) != v}
+            self._last_flush = time.monotonic()
+            if not changed:
+                return False
+            self.batches += 1
+            self.max_batch = max(self.max_batch, batch)
+            self._sending.on = True
+            try:
+                with self.hold_sync():
+                    for name, value in changed.items():
+                        setattr(self, name, value)
+                    self.updates = self.batches
+            finally:
+                self._sending.on = False
+            return True
+
+    # -- the toggle ---------------------------------------------------------------------------
+
+    def _on_toggle(self, change) -> None:
+        """The front end (or user code) set ``eager_mode``: switch torch.tpu's eager mode."""
+        if getattr(self._sending, "on", False):
+            return
+        wanted = change["new"]
+        with self._flush_lock:
+            current = _eager_mode()
+            if wanted == current:
+                return
+            try:
+                if wanted.startswith("_"):  # TorchTPU's internal modes are not a user's choice
+                    raise AttributeError(wanted)
+                torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, wanted)
+            except AttributeError:
+                names = ", ".join(m["value"] for m in MODES)
+                self.error = f"Unknown eager mode {wanted!r}; use one of {names}."
+            except (ValueError, RuntimeError) as exc:
+                self.error = f"Could not switch the eager mode to {wanted}: {exc}"
+            else:
+                self.error = ""
+            self.flush()
+
+    # -- rendering without a widget manager ---------------------------------------------------
+
+    def view(self) -> DashboardView:
+        """The same state as a static view (text and HTML)."""
+        return DashboardView(self.state())
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        snapshot = self.view()
+        return {**data, "text/plain": snapshot.to_text(), "text/html": snapshot.to_html()}, metadata
+
+    def close(self) -> None:
+        """Stop updating: unsubscribe from the event log, stop the worker, close the widget."""
+        stop = getattr(self, "_stop", None)  # None: __init__ refused its arguments
+        if stop is not None and not stop.is_set():
+            self._stop.set()
+            self._wake.set()
+            self._unsubscribe()
+            if self._on_mode in modes.SETTINGS.listeners:
+                modes.SETTINGS.listeners.remove(self._on_mode)
+            if self._shell is not None:
+                self._shell.events.unregister("post_run_cell", self._after_cell)
+            if self._worker is not threading.current_thread():
+                self._worker.join(timeout=5)
+        super().close()
