@@ -6,6 +6,7 @@ simulated device (on the CPU) everywhere else.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 from .errors import BackendConflictError, NotSimulatedError, TopologyError, TpuLabError
@@ -22,6 +23,7 @@ __all__ = [
     "backend",
     "event_log",
     "explain",
+    "load_ipython_extension",
     "status",
     "timed",
     "use_topology",
@@ -72,6 +74,21 @@ def use_topology(name: str) -> str:
     return backend().use_topology(name)
 
 
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext tpu_lab``: register the ``%tpu`` / ``%%tpu`` magics (``%tpu --help``)."""
+    from .magics import register
+
+    register(ipython)
+
+
+def _register_in_ipython() -> None:
+    """``import tpu_lab`` inside IPython (a notebook, the IPython shell) registers the magics."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None:
+        load_ipython_extension(shell)
+
+
 if _activate() is None:
     from .runtime import conflict as _conflict
 
@@ -80,3 +97,5 @@ else:
     from . import events
 
     events.install()
+
+_register_in_ipython()

@@ -2,5 +2,16 @@
 
 from .base import View
 from .events import EventLogView, ExplanationView
+from .memory import ChipMemory, MemoryView
+from .status import StatusView
+from .timeline import RecompileTimelineView
 
-__all__ = ["EventLogView", "ExplanationView", "View"]
+__all__ = [
+    "ChipMemory",
+    "EventLogView",
+    "ExplanationView",
+    "MemoryView",
+    "RecompileTimelineView",
+    "StatusView",
+    "View",
+]

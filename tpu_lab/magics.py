@@ -1,0 +1,631 @@
+"""The ``%tpu`` line and ``%%tpu`` cell magic: parse the arguments, delegate, show the result.
+
+Each subcommand is declared once in :data:`COMMANDS` (its help, its arguments, whether it takes
+a cell); the parsers (IPython's ``MagicArgumentParser``), ``%tpu?`` / ``%tpu --help`` and tab
+completion are all built from that table. The work is done by :mod:`tpu_lab.controls`, the
+views and the sharding, cluster, media and dashboard modules, imported when first used. Bad
+input and errors of those modules (``TpuLabError``) are shown as a ``UsageError``: one message
+with the fix, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import difflib
+import importlib
+import os
+import re
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import (
+    MagicArgumentParser,
+    argument,
+    kwds,
+    magic_arguments,
+)
+from IPython.display import Image, display
+from IPython.utils.process import arg_split
+
+from .errors import TpuLabError
+from .events import KINDS
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument: ``add_argument(*flags, **options)``; ``complete`` names what tab completion
+    offers for its value when it has no ``choices``: ``"topology"`` or ``"variable"``."""
+
+    flags: tuple[str, ...]
+    options: dict = field(default_factory=dict, hash=False)
+    complete: str | None = None
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    args: tuple[Arg, ...] = ()
+    line: bool = True
+    cell: bool = False
+
+
+_MODES = ("eager", "fuse", "blocking", "compile")
+_CELL = ("%%tpu compile", "%%tpu mode MODE", "%%tpu time", "%%tpu spmd")
+
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (
+        Command(
+            "status",
+            "backend, generation, chips, topology, HBM per chip, eager mode, compile-cache hit "
+            "rate and the latest events (also plain %tpu)",
+            (Arg(("--recent",), {"type": int, "default": 5, "metavar": "N",
+                                 "help": "how many recent events to show (default 5)"}),),
+        ),  # fmt: skip
+        Command(
+            "use",
+            "simulate a topology on the bundled device: %tpu use v6e-4, or --generation/--chips "
+            "(refused on a real TPU, where the hardware decides)",
+            (
+                Arg(
+                    ("topology",),
+                    {"nargs": "?", "metavar": "TOPOLOGY", "help": "e.g. v6e-4, v5e-8, v4-2"},
+                    "topology",
+                ),
+                Arg(("--generation",), {"help": "v4, v5e, v5p, v6e or v7"}),
+                Arg(("--chips",), {"type": int, "metavar": "N",
+                                   "help": "devices in the topology, e.g. 4"}),
+            ),
+        ),
+        Command(
+            "mode",
+            "the eager mode for the session (%tpu mode fuse) or one cell (%%tpu mode fuse): "
+            "eager = DEFER_NEVER, fuse and compile = DEFER_AND_FUSE, blocking = "
+            "DEFER_NEVER_AND_LAUNCH_BLOCKING; no mode: show the current one",
+            (Arg(("mode",), {"nargs": "?", "choices": _MODES, "help": "|".join(_MODES)}),),
+            cell=True,
+        ),
+        Command(
+            "compile",
+            "run this cell in DEFER_AND_FUSE (eager ops compiled at sync points, graphs cached); "
+            "the previous mode comes back after the cell, also when it raises",
+            line=False,
+            cell=True,
+        ),
+        Command(
+            "events",
+            "the event log, optionally of one cell or kind",
+            (
+                Arg(("--cell",), {"type": int, "metavar": "N", "help": "only cell In [N]"}),
+                Arg(("--kind",), {"choices": KINDS, "metavar": "KIND", "help": ", ".join(KINDS)}),
+                Arg(("--last",), {"type": int, "metavar": "N", "help": "only the newest N"}),
+            ),
+        ),
+        Command(
+            "explain",
+            "why recompile or cache-miss event N happened (default: the latest)",
+            (Arg(("seq",), {"nargs": "?", "type": int, "metavar": "N",
+                           "help": "the event's number (the # column of %%tpu events)"}),),
+        ),
+        Command(
+            "recompiles",
+            "compilations and recompilations over time and cells, with what changed",
+            (
+                Arg(("--cell",), {"type": int, "metavar": "N", "help": "only cell In [N]"}),
+                Arg(("--plot",), {"action": "store_true", "help": "a static image (matplotlib)"}),
+            ),
+        ),
+        Command(
+            "memory",
+            "HBM per chip: live, peak, capacity",
+            (Arg(("--plot",), {"action": "store_true", "help": "a static image (matplotlib)"}),),
+        ),
+        Command(
+            "sharding",
+            "how the tensor or model in variable VAR is laid out over the chips",
+            (Arg(("var",), {"metavar": "VAR"}, "variable"),),
+        ),
+        Command(
+            "plan",
+            "plan how MODEL (a config, a model on the meta device, or a path) fits on the chips",
+            (
+                Arg(("model",), {"metavar": "MODEL"}, "variable"),
+                Arg(("--chips",), {"type": int, "metavar": "N",
+                                   "help": "default: the current topology's"}),
+                Arg(("--generation",), {"help": "default: the current topology's"}),
+                Arg(("--batch",), {"type": int, "metavar": "B"}),
+                Arg(("--seq",), {"type": int, "metavar": "S"}),
+            ),
+        ),
+        Command(
+            "cluster",
+            "one process per chip: start TOPOLOGY (default: the current one), stop, restart, "
+            "status",
+            (
+                Arg(("action",), {"nargs": "?", "default": "status",
+                                  "choices": ("start", "stop", "restart", "status")}),
+                Arg(("topology",), {"nargs": "?", "metavar": "TOPOLOGY",
+                                    "help": "for start, e.g. v6e-4"}, "topology"),
+            ),  # fmt: skip
+        ),
+        Command(
+            "spmd",
+            "run this cell on every rank of the cluster; shows rank 0's output and the sharding",
+            line=False,
+            cell=True,
+        ),
+        Command(
+            "preview",
+            "show the image(s), latents or video frames in variable VAR",
+            (
+                Arg(("var",), {"metavar": "VAR"}, "variable"),
+                Arg(("--range",), {"dest": "value_range", "metavar": "RANGE",
+                                   "help": "0,1 | -1,1 | uint8 (default: guessed)"}),
+                Arg(("--fps",), {"type": int, "metavar": "N",
+                                 "help": "frames per second of a video"}),
+                Arg(("--save",), {"metavar": "PATH", "help": "also write the file"}),
+            ),  # fmt: skip
+        ),
+        Command(
+            "time",
+            "run this cell and time it: device-synchronised, compile time split from run time",
+            line=False,
+            cell=True,
+        ),
+        Command("doctor", "the environment and every misconfiguration with its fix"),
+        Command(
+            "reset",
+            "clear the event log, torch.compile's graphs (torch._dynamo.reset()) and the eager "
+            "compile cache and its statistics",
+        ),
+        Command("dashboard", "the live dashboard: HBM gauges, mode toggle, cache, event feed"),
+    )
+}
+
+_NUMBER_AFTER_DASH = re.compile(r"^-\.?\d")  # "-1,1" is a value, not an option
+
+
+def _usage(command: Command) -> str:
+    """``%tpu events [--cell N] [--kind compile|recompile|...] [--last N]``."""
+    positional, optional = [], []
+    for arg in command.args:
+        o = arg.options
+        flag = arg.flags[0]
+        choices = "|".join(o["choices"]) if "choices" in o else None
+        value = o.get("metavar") or choices or flag.lstrip("-").upper()
+        if flag.startswith("-"):
+            optional.append(f"[{flag}]" if o.get("action") == "store_true" else f"[{flag} {value}]")
+        else:
+            positional.append(f"[{value}]" if o.get("nargs") == "?" else value)
+    return " ".join([_prog(command), *positional, *optional])
+
+
+def _prog(command: Command) -> str:
+    return f"{'%tpu' if command.line else '%%tpu'} {command.name}"
+
+
+def _parser(command: Command) -> MagicArgumentParser:
+    parser = MagicArgumentParser(
+        prog=_prog(command),
+        usage="%(prog)s" + _usage(command).removeprefix(_prog(command)),
+        description=command.help,
+        formatter_class=argparse.HelpFormatter,
+    )
+    parser._negative_number_matcher = _NUMBER_AFTER_DASH
+    for arg in command.args:
+        parser.add_argument(*arg.flags, **arg.options)
+    return parser
+
+
+PARSERS = {name: _parser(command) for name, command in COMMANDS.items()}
+
+
+def _overview() -> str:
+    lines = [
+        "tpu_lab: the TPU device, its compilations and its memory, from a notebook.",
+        "",
+        "%tpu SUBCOMMAND [options]   (plain %tpu: status)",
+        "%%tpu SUBCOMMAND            (a cell: " + ", ".join(_CELL) + ")",
+        "%tpu SUBCOMMAND --help      (a subcommand's options)",
+        "",
+    ]
+    for command in COMMANDS.values():
+        lines.append(f"  {_usage(command)}")
+        lines += textwrap.wrap(command.help, 96, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+def _error(name: str, message: str) -> UsageError:
+    parser = PARSERS[name]
+    return UsageError(
+        f"%tpu {name}: {message}\n{parser.format_usage().strip()}\n"
+        f"(%tpu {name} --help explains every option)"
+    )
+
+
+@contextlib.contextmanager
+def _shown_as_usage_errors():
+    """A TpuLabError from a delegate becomes a UsageError: its message, no traceback."""
+    try:
+        yield
+    except TpuLabError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _module(name: str):
+    """Import a delegate module; if this installation lacks it, say so in a UsageError."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            raise UsageError(
+                f"{name} is not part of this installation of tpu_lab; upgrade tpu-lab "
+                "(pip install -U tpu-lab)."
+            ) from None
+        raise
+
+
+def _value_range(text: str | None):
+    if text is None or text == "uint8":
+        return text
+    parts = text.split(",")
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise _error(
+            "preview",
+            f"--range {text!r} is not a range: use LOW,HIGH (0,1 or -1,1) or uint8",
+        ) from None
+    return (low, high)
+
+
+@magics_class
+class TpuMagics(Magics):
+    """The ``%tpu`` magics. ``%tpu --help`` lists the subcommands."""
+
+    @magic_arguments()
+    @kwds(description=_overview())
+    @argument("subcommand", nargs="?", default="status", help="one of: " + ", ".join(COMMANDS))
+    @argument("options", nargs="*", help="the subcommand's arguments (%%tpu SUBCOMMAND --help)")
+    @line_cell_magic
+    def tpu(self, line: str, cell: str | None = None):
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            tokens = arg_split(line, strict=True)
+        except ValueError as exc:
+            raise UsageError(f"%tpu: cannot read {line!r}: {exc}; check the quotes.") from None
+        if cell is not None and not tokens:
+            raise UsageError("%%tpu needs a subcommand: " + ", ".join(_CELL) + ".")
+        name = tokens[0] if tokens else "status"
+        if name in ("-h", "--help", "help"):
+            print(self.tpu.__doc__)
+            return None
+        command = COMMANDS.get(name)
+        if command is None:
+            close = difflib.get_close_matches(name, COMMANDS, n=1)
+            hint = f"Did you mean %tpu {close[0]}? " if close else ""
+            raise UsageError(
+                f"%tpu: unknown subcommand {name!r}. {hint}Subcommands: "
+                f"{', '.join(COMMANDS)} (%tpu --help describes them)."
+            )
+        if "-h" in tokens[1:] or "--help" in tokens[1:]:
+            print(PARSERS[name].format_help())
+            return None
+        if cell is not None and not command.cell:
+            raise UsageError(
+                f"%%tpu {name} does not run a cell: write %tpu {name} on a line of its own. "
+                f"Cell subcommands: {', '.join(_CELL)}."
+            )
+        if cell is None and not command.line:
+            raise UsageError(
+                f"%tpu {name} needs a cell: put %%tpu {name} on the first line of the cell"
+                + (", or use %tpu mode compile for the rest of the session." if name == "compile"
+                   else ".")
+            )  # fmt: skip
+        try:
+            args = PARSERS[name].parse_args(tokens[1:])
+        except UsageError as exc:
+            raise _error(name, str(exc)) from None
+        return getattr(self, f"_{name}")(args, cell)
+
+    # --- running a cell ---------------------------------------------------------------------
+
+    def _run(self, cell: str):
+        """Run ``cell`` in the user's namespace like a cell: IPython syntax, its lines in
+        tracebacks, the value of a last expression returned (shown as ``Out[N]``)."""
+        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
+        from .events.context import ipython_cell
+
+        shell = self.shell
+        source = shell.transform_cell(cell)
+        tree = shell.transform_ast(shell.compile.ast_parse(source))
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        number = ipython_cell()
+        filename = shell.compile.cache(
+            source, shell.execution_count if number is None else number, raw_code=cell
+        )
+        exec(shell.compile(tree, filename, "exec"), shell.user_global_ns, shell.user_ns)
+        if last is None:
+            return None
+        value = eval(shell.compile(last, filename, "eval"), shell.user_global_ns, shell.user_ns)
+        return None if cell.rstrip().endswith(";") else value
+
+    def _lookup(self, name: str, command: str):
+        """The value of variable ``name`` (``a.b`` for an attribute) in the user namespace."""
+        parts = name.split(".")
+        if not all(p.isidentifier() for p in parts):
+            raise _error(command, f"{name!r} is not a variable name")
+        namespace = self.shell.user_ns
+        if parts[0] not in namespace:
+            raise UsageError(
+                f"%tpu {command}: no variable named {parts[0]!r} in the notebook; run the cell "
+                "that defines it first, or check the spelling."
+            )
+        value = namespace[parts[0]]
+        for i, part in enumerate(parts[1:], 1):
+            if not hasattr(value, part):
+                raise UsageError(
+                    f"%tpu {command}: {'.'.join(parts[:i])} has no attribute {part!r}."
+                )
+            value = getattr(value, part)
+        return value
+
+    # --- subcommands ------------------------------------------------------------------------
+
+    def _status(self, args, cell):
+        from .views import StatusView
+
+        if args.recent < 0:
+            raise _error("status", f"--recent must be 0 or more, got {args.recent}")
+        with _shown_as_usage_errors():
+            display(StatusView.current(args.recent))
+
+    def _use(self, args, cell):
+        from . import controls
+
+        with _shown_as_usage_errors():
+            described = controls.use(args.topology, generation=args.generation, chips=args.chips)
+        print(f"Simulating {described}.")
+
+    def _mode(self, args, cell):
+        __tracebackhide__ = True  # noqa: F841
+        from . import controls
+
+        if cell is not None:
+            if args.mode is None:
+                raise _error("mode", "%%tpu mode needs a mode for the cell")
+            with _shown_as_usage_errors():
+                scope = controls.mode(args.mode)
+            with scope:
+                return self._run(cell)
+        if args.mode is None:
+            current = controls.current_mode()
+            print(
+                f"eager mode: {current.name} ({controls.short_mode_name(current)}); "
+                f"choose with %tpu mode {'|'.join(_MODES)}"
+            )
+            return None
+        with _shown_as_usage_errors():
+            old, new = controls.set_mode(args.mode)
+        print(f"eager mode: {new} (was {old})")
+        return None
+
+    def _compile(self, args, cell):
+        __tracebackhide__ = True  # noqa: F841
+        from . import controls
+
+        with controls.mode("compile"):
+            return self._run(cell)
+
+    def _events(self, args, cell):
+        from .events import log
+        from .views import EventLogView
+
+        if args.last is not None and args.last < 1:
+            raise _error("events", f"--last must be 1 or more, got {args.last}")
+        events = log.events(args.kind, args.cell)
+        title = "tpu_lab events" + "".join(
+            f" {label} {value}" for label, value in (("of kind", args.kind), ("in cell", args.cell))
+            if value is not None
+        )  # fmt: skip
+        display(EventLogView(events[-args.last:] if args.last else events, title))
+
+    def _explain(self, args, cell):
+        from . import explain
+
+        with _shown_as_usage_errors():
+            display(explain(args.seq))
+
+    def _recompiles(self, args, cell):
+        from .views import RecompileTimelineView
+
+        view = RecompileTimelineView.current(args.cell)
+        display(Image(data=view.png(), format="png") if args.plot else view)
+
+    def _memory(self, args, cell):
+        from .views import MemoryView
+
+        with _shown_as_usage_errors():
+            view = MemoryView.current()
+        display(Image(data=view.png(), format="png") if args.plot else view)
+
+    def _sharding(self, args, cell):
+        obj = self._lookup(args.var, "sharding")
+        sharding = _module("tpu_lab.sharding")
+        with _shown_as_usage_errors():
+            display(sharding.view(obj))
+
+    def _plan(self, args, cell):
+        if args.model in self.shell.user_ns or not os.path.exists(args.model):
+            model = self._lookup(args.model, "plan")
+        else:
+            model = args.model  # a path to a saved model or config
+        chips, generation = args.chips, args.generation
+        if chips is None or generation is None:
+            from .runtime import backend
+
+            with _shown_as_usage_errors():
+                current = backend().status()
+            generation = generation or current.topology.rsplit("-", 1)[0]
+            chips = chips or current.chips
+        sharding = _module("tpu_lab.sharding")
+        with _shown_as_usage_errors():
+            display(
+                sharding.plan(
+                    model, chips=chips, generation=generation, batch=args.batch, seq=args.seq
+                )
+            )
+
+    def _cluster_module(self):
+        return _module("tpu_lab.sharding.cluster")
+
+    def _cluster(self, args, cell):
+        cluster = self._cluster_module()
+        if args.topology is not None and args.action != "start":
+            raise _error("cluster", f"only start takes a topology, not {args.action}")
+        with _shown_as_usage_errors():
+            if args.action == "start":
+                topology = args.topology
+                if topology is None:
+                    from .runtime import backend
+
+                    topology = backend().status().topology
+                result = cluster.start(topology)
+            elif args.action == "stop":
+                result = cluster.stop()
+            elif args.action == "restart":
+                result = cluster.restart()
+            else:
+                result = cluster.current()
+                if result is None:
+                    raise UsageError(
+                        "No cluster is running; start one with %tpu cluster start v6e-4."
+                    )
+        if result is None:
+            print(f"cluster: {args.action} done")
+        else:
+            display(result)
+
+    def _spmd(self, args, cell):
+        cluster = self._cluster_module()
+        with _shown_as_usage_errors():
+            current = cluster.current()
+            if current is None:
+                raise UsageError(
+                    "%%tpu spmd runs the cell on a cluster, and none is running; start one "
+                    "with %tpu cluster start v6e-4."
+                )
+            display(current.run_cell(cell))
+
+    def _preview(self, args, cell):
+        obj = self._lookup(args.var, "preview")
+        if args.fps is not None and args.fps < 1:
+            raise _error("preview", f"--fps must be 1 or more, got {args.fps}")
+        value_range = _value_range(args.value_range)
+        media = _module("tpu_lab.media")
+        options = {"value_range": value_range, "save": args.save}
+        if args.fps is not None:
+            options["fps"] = args.fps
+        with _shown_as_usage_errors():
+            display(media.preview(obj, **options))
+
+    def _time(self, args, cell):
+        __tracebackhide__ = True  # noqa: F841
+        from .timing import timed
+
+        with timed("cell") as timing:
+            value = self._run(cell)
+        print(timing)
+        return value
+
+    def _doctor(self, args, cell):
+        from .doctor import diagnose
+
+        print(diagnose())
+
+    def _reset(self, args, cell):
+        from . import controls
+
+        with _shown_as_usage_errors():
+            done = controls.reset()
+        print("Reset:\n" + "\n".join(f"  {line}" for line in done))
+
+    def _dashboard(self, args, cell):
+        dashboard = _module("tpu_lab.views.dashboard")
+        with _shown_as_usage_errors():
+            display(dashboard.Dashboard())
+
+
+# --- tab completion -------------------------------------------------------------------------
+
+
+def _topologies() -> list[str]:
+    from .device.topology import GENERATIONS
+
+    return [f"{g.name}-{n}" for g in GENERATIONS.values() for n in g.topologies]
+
+
+def completions(line: str, names: Iterable[str] = ()) -> list[str]:
+    """What may follow ``line`` (a ``%tpu`` line up to the cursor); ``names`` are the user's
+    variables, offered where a subcommand takes one."""
+    words = line.split()
+    if line.endswith((" ", "\t")) or len(words) < 2:
+        words.append("")
+    current, args = words[-1], words[1:]
+    if len(args) == 1:
+        return [n for n in [*COMMANDS, "--help"] if n.startswith(current)]
+    command = COMMANDS.get(args[0])
+    if command is None:
+        return []
+    options = {flag: arg for arg in command.args for flag in arg.flags if flag.startswith("-")}
+    previous = args[-2]
+    if previous in options and options[previous].options.get("action") != "store_true":
+        candidates = list(options[previous].options.get("choices") or _complete(
+            options[previous].complete, names))  # fmt: skip
+    elif current.startswith("-"):
+        used = set(args[1:-1])
+        candidates = [flag for flag in [*options, "--help"] if flag not in used]
+    else:
+        taken, expects_value = 0, False
+        for word in args[1:-1]:
+            if expects_value:
+                expects_value = False
+            elif word in options:
+                expects_value = options[word].options.get("action") != "store_true"
+            elif not word.startswith("-"):
+                taken += 1
+        positionals = [a for a in command.args if not a.flags[0].startswith("-")]
+        if taken >= len(positionals):
+            return []
+        arg = positionals[taken]
+        candidates = list(arg.options.get("choices") or _complete(arg.complete, names))
+    return [c for c in candidates if c.startswith(current)]
+
+
+def _complete(kind: str | None, names: Iterable[str]) -> list[str]:
+    if kind == "topology":
+        return _topologies()
+    if kind == "variable":
+        return sorted(n for n in names if not n.startswith("_"))
+    return []
+
+
+def _completer(shell, event) -> list[str]:
+    return completions(event.text_until_cursor, list(shell.user_ns))
+
+
+def register(shell) -> None:
+    """Register ``%tpu``/``%%tpu`` and their tab completion with ``shell`` (idempotent)."""
+    if "TpuMagics" in shell.magics_manager.registry:
+        return
+    shell.register_magics(TpuMagics)
+    for key in ("%tpu", "%%tpu"):
+        shell.set_hook("complete_command", _completer, str_key=key)
