@@ -166,7 +166,7 @@ COMMANDS: dict[str, Command] = {
             (
                 Arg(("var",), {"metavar": "VAR"}, "variable"),
                 Arg(("--range",), {"dest": "value_range", "metavar": "RANGE",
-                                   "help": "0,1 | -1,1 | uint8 (default: guessed)"}),
+                                   "help": "0,1 | -1,1 | uint8 | minmax (default: detected)"}),
                 Arg(("--fps",), {"type": int, "metavar": "N",
                                  "help": "frames per second of a video"}),
                 Arg(("--save",), {"metavar": "PATH", "help": "also write the file"}),
@@ -269,20 +269,6 @@ def _module(name: str):
                 "(pip install -U tpu-lab)."
             ) from None
         raise
-
-
-def _value_range(text: str | None):
-    if text is None or text == "uint8":
-        return text
-    parts = text.split(",")
-    try:
-        low, high = (float(p) for p in parts)
-    except ValueError:
-        raise _error(
-            "preview",
-            f"--range {text!r} is not a range: use LOW,HIGH (0,1 or -1,1) or uint8",
-        ) from None
-    return (low, high)
 
 
 @magics_class
@@ -442,7 +428,11 @@ class TpuMagics(Magics):
         from . import explain
 
         with _shown_as_usage_errors():
-            display(explain(args.seq))
+            try:
+                view = explain(args.seq)
+            except ValueError as exc:  # an event of a kind that has no explanation
+                raise UsageError(str(exc)) from None
+        display(view)
 
     def _recompiles(self, args, cell):
         from .views import RecompileTimelineView
@@ -529,9 +519,8 @@ class TpuMagics(Magics):
         obj = self._lookup(args.var, "preview")
         if args.fps is not None and args.fps < 1:
             raise _error("preview", f"--fps must be 1 or more, got {args.fps}")
-        value_range = _value_range(args.value_range)
         media = _module("tpu_lab.media")
-        options = {"value_range": value_range, "save": args.save}
+        options = {"value_range": args.value_range, "save": args.save}
         if args.fps is not None:
             options["fps"] = args.fps
         with _shown_as_usage_errors():
@@ -622,10 +611,19 @@ def _completer(shell, event) -> list[str]:
     return completions(event.text_until_cursor, list(shell.user_ns))
 
 
+def _collect_compilations(result) -> None:
+    """After each cell: compilations Dynamo recorded lazily become events of *that* cell."""
+    from .events import log
+
+    log.pull()
+
+
 def register(shell) -> None:
-    """Register ``%tpu``/``%%tpu`` and their tab completion with ``shell`` (idempotent)."""
+    """Register ``%tpu``/``%%tpu``, their tab completion, and the collection of each cell's
+    compilations with ``shell`` (idempotent)."""
     if "TpuMagics" in shell.magics_manager.registry:
         return
     shell.register_magics(TpuMagics)
     for key in ("%tpu", "%%tpu"):
         shell.set_hook("complete_command", _completer, str_key=key)
+    shell.events.register("post_run_cell", _collect_compilations)

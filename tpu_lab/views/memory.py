@@ -142,7 +142,7 @@ class MemoryView(View):
         note = f"<div style='color:#6b7280'>{esc(self.note)}</div>" if self.note else ""
         return (
             f"<div style='{_FONT}'><b>{esc(self.title)}</b>"
-            f"<table style='border-collapse:collapse'>{''.join(rows)}</table>"
+            f"<table style='{_FONT};border-collapse:collapse'>{''.join(rows)}</table>"
             f"{legend}{note}</div>"
         )
 
@@ -162,7 +162,7 @@ class MemoryView(View):
         ax.invert_yaxis()
         ax.set_xlabel("HBM (GiB)")
         ax.set_title(self.title)
-        ax.legend(loc="lower right", fontsize="small")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
         return fig
 
     def png(self) -> bytes:

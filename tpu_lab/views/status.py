@@ -128,5 +128,5 @@ class StatusView(View):
             recent = EventLogView(self.recent, "recent events").to_html()
         return (
             f"<div style='{_FONT}'><b>tpu_lab status</b>"
-            f"<table style='border-collapse:collapse'>{body}</table>{recent}</div>"
+            f"<table style='{_FONT};border-collapse:collapse'>{body}</table>{recent}</div>"
         )

@@ -127,7 +127,7 @@ class RecompileTimelineView(View):
             most = max(n for _, n, _ in per_cell)
             bars = "<div style='margin-top:6px'><b>recompiles per cell</b>" + "".join(
                 "<div style='display:flex;gap:6px;align-items:center'>"
-                f"<span style='width:48px'>{esc(cell)}</span>"
+                f"<span style='display:inline-block;width:48px'>{esc(cell)}</span>"
                 f"<span style='display:inline-block;height:10px;width:{max(4, 200 * n // most)}px;"
                 f"background:{'#b91c1c' if storm else '#dc2626'}'></span><span>{n}"
                 f"{' recompilation storm' if storm else ''}</span></div>"
@@ -135,7 +135,7 @@ class RecompileTimelineView(View):
             ) + "</div>"
         return (
             f"<div style='{_FONT}'><b>{esc(self._headline())}</b>"
-            f"<table style='border-collapse:collapse'><thead><tr style='text-align:left'>"
+            f"<table style='{_FONT};border-collapse:collapse'><thead><tr style='text-align:left'>"
             f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{bars}</div>"
         )
 
@@ -158,21 +158,25 @@ class RecompileTimelineView(View):
                     label=kind,
                     zorder=3,
                 )
+        middle = (self.events[-1].time - start) / 2 if self.events else 0.0
         for e in self.events:
             if e.kind != "compile":
+                left = e.time - start <= middle  # labels run away from the nearer edge
                 ax.annotate(
                     clip(_what(e), 48),
                     (e.time - start, sites.index(short_where(e.where) or "?")),
-                    xytext=(4, 4),
+                    xytext=(5 if left else -5, 5),
                     textcoords="offset points",
+                    ha="left" if left else "right",
                     fontsize=7,
                 )
         ax.set_yticks(range(len(sites)), sites)
         ax.set_xlabel("seconds since the first compilation")
         ax.set_title(self._headline(), fontsize=9)
         ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.05, y=0.4)
         if self.events:
-            ax.legend(loc="upper left", fontsize="small")
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
         return fig
 
     def png(self) -> bytes:

@@ -1,0 +1,554 @@
+"""The %tpu magics through a real IPython InteractiveShell: every subcommand, cell-scoped modes
+restored also when the cell raises, tab completion, usage errors with their exact text."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+from IPython.core.completer import provisionalcompleter
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+import tpu_lab
+from tpu_lab import controls
+from tpu_lab.errors import TpuLabError
+from tpu_lab.events import log
+from tpu_lab.magics import COMMANDS, completions
+from tpu_lab.views import View
+
+EagerMode = torch.tpu.EagerMode
+
+
+@pytest.fixture
+def shell(monkeypatch):
+    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")  # instant torch.compile
+    sh = InteractiveShell.instance()
+    tpu_lab.load_ipython_extension(sh)
+    torch.tpu.eager_mode = EagerMode.DEFER_NEVER
+    log.clear()
+    names = set(sh.user_ns)
+    yield sh
+    for name in set(sh.user_ns) - names:
+        del sh.user_ns[name]
+    torch.tpu.eager_mode = EagerMode.DEFER_NEVER
+    tpu_lab.use_topology("v6e-1")
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def run(sh, code: str):
+    """Run a cell; returns (stdout, stderr, display bundles, result)."""
+    with capture_output() as cap:
+        result = sh.run_cell(code, store_history=True)
+    return cap.stdout, cap.stderr, [o.data for o in cap.outputs], result
+
+
+def usage_error(sh, line: str, cell: str | None = None) -> str:
+    with pytest.raises(UsageError) as info:
+        if cell is None:
+            sh.run_line_magic("tpu", line)
+        else:
+            sh.run_cell_magic("tpu", line, cell)
+    return str(info.value)
+
+
+class Shown(View):
+    """What a fake delegate returns: a view that says what it was called with."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def to_text(self, width=None):
+        return self.text
+
+    def to_html(self):
+        return f"<pre>{self.text}</pre>"
+
+
+# --- loading, help --------------------------------------------------------------------------
+
+
+def test_load_ext_registers_line_and_cell_magic(shell):
+    magics = shell.magics_manager.magics
+    assert "tpu" in magics["line"] and "tpu" in magics["cell"]
+    shell.run_line_magic("load_ext", "tpu_lab")  # loading twice is harmless
+    tpu_lab.load_ipython_extension(shell)
+
+
+def test_import_inside_ipython_registers_the_magics():
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "sh = InteractiveShell.instance()\n"
+        "import tpu_lab\n"
+        "print('tpu' in sh.magics_manager.magics['line'], 'tpu' in sh.magics_manager.magics['cell'])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True True", out.stderr
+
+
+def test_help_lists_every_subcommand(shell):
+    out, _, _, _ = run(shell, "%tpu --help")
+    assert out.startswith("::\n\n  %tpu [subcommand] [options ...]\n\ntpu_lab: the TPU device")
+    for name in COMMANDS:
+        assert f"%tpu {name}" in out or f"%%tpu {name}" in out
+    assert "  %tpu events [--cell N] [--kind KIND] [--last N]\n" in out
+    pinfo, _, _, _ = run(shell, "%tpu?")
+    assert "%tpu use [TOPOLOGY] [--generation GENERATION] [--chips N]" in pinfo
+    sub, _, _, _ = run(shell, "%tpu events --help")
+    assert sub.startswith("usage: %tpu events [--cell N] [--kind KIND] [--last N]\n\nthe event log")
+
+
+# --- usage errors ---------------------------------------------------------------------------
+
+
+def test_usage_errors_have_the_fix(shell):
+    assert usage_error(shell, "stats") == (
+        "%tpu: unknown subcommand 'stats'. Did you mean %tpu status? Subcommands: status, use, "
+        "mode, compile, events, explain, recompiles, memory, sharding, plan, cluster, spmd, "
+        "preview, time, doctor, reset, dashboard (%tpu --help describes them)."
+    )
+    assert usage_error(shell, "events --kind nope") == (
+        "%tpu events: argument --kind: invalid choice: 'nope' (choose from 'compile', "
+        "'recompile', 'cache_hit', 'cache_miss', 'sync', 'transfer', 'oom', 'mode_change')\n"
+        "usage: %tpu events [--cell N] [--kind KIND] [--last N]\n"
+        "(%tpu events --help explains every option)"
+    )
+    assert usage_error(shell, "events --cell x") == (
+        "%tpu events: argument --cell: invalid int value: 'x'\n"
+        "usage: %tpu events [--cell N] [--kind KIND] [--last N]\n"
+        "(%tpu events --help explains every option)"
+    )
+    assert usage_error(shell, "mode turbo").startswith(
+        "%tpu mode: argument mode: invalid choice: 'turbo' (choose from 'eager', 'fuse', "
+        "'blocking', 'compile')\nusage: %tpu mode [eager|fuse|blocking|compile]\n"
+    )
+    assert usage_error(shell, "status extra") == (
+        "%tpu status: unrecognized arguments: extra\nusage: %tpu status [--recent N]\n"
+        "(%tpu status --help explains every option)"
+    )
+    assert usage_error(shell, "events 'unclosed") == (
+        "%tpu: cannot read \"events 'unclosed\": No closing quotation; check the quotes."
+    )
+    assert usage_error(shell, "compile") == (
+        "%tpu compile needs a cell: put %%tpu compile on the first line of the cell, or use "
+        "%tpu mode compile for the rest of the session."
+    )
+    assert usage_error(shell, "time") == (
+        "%tpu time needs a cell: put %%tpu time on the first line of the cell."
+    )
+    assert usage_error(shell, "status", "1") == (
+        "%%tpu status does not run a cell: write %tpu status on a line of its own. Cell "
+        "subcommands: %%tpu compile, %%tpu mode MODE, %%tpu time, %%tpu spmd."
+    )
+    assert usage_error(shell, "", "1") == (
+        "%%tpu needs a subcommand: %%tpu compile, %%tpu mode MODE, %%tpu time, %%tpu spmd."
+    )
+    assert usage_error(shell, "mode", "1") == (
+        "%tpu mode: %%tpu mode needs a mode for the cell\n"
+        "usage: %tpu mode [eager|fuse|blocking|compile]\n(%tpu mode --help explains every option)"
+    )
+
+
+def test_a_usage_error_in_a_cell_shows_no_traceback(shell):
+    _, err, _, result = run(shell, "%tpu use v9-4")
+    assert err == (
+        "UsageError: Unknown TPU generation 'v9'. Known generations: v4, v5e, v5p, v6e, v7. "
+        "Example: 'v6e-4'.\n"
+    )
+    assert "Traceback" not in err and result.error_in_exec is not None
+
+
+# --- status, use, mode ----------------------------------------------------------------------
+
+
+def test_status_is_the_default(shell):
+    torch.ones(4, device="tpu").sum().item()
+    for line in ("%tpu", "%tpu status --recent 1"):
+        _, _, bundles, _ = run(shell, line)
+        (bundle,) = bundles
+        assert bundle["text/plain"].startswith("tpu_lab status\n  backend       tpu_lab bundled")
+        assert "<b>tpu_lab status</b>" in bundle["text/html"]
+    assert "recent events (1)" in bundle["text/plain"]
+    assert usage_error(shell, "status --recent -1").startswith(
+        "%tpu status: --recent must be 0 or more, got -1\n"
+    )
+
+
+def test_use_a_topology(shell):
+    out, _, _, _ = run(shell, "%tpu use v6e-4")
+    assert out == "Simulating v6e-4 (4 x TPU v6e, topology 2,2,1).\n"
+    out, _, _, _ = run(shell, "%tpu use --generation v5e --chips 8")
+    assert out == "Simulating v5e-8 (8 x TPU v5e, topology 2,4,1).\n"
+    out, _, _, _ = run(shell, "%tpu use --chips 4")  # the generation stays
+    assert out == "Simulating v5e-4 (4 x TPU v5e, topology 2,2,1).\n"
+    assert tpu_lab.status().topology == "v5e-4"
+    assert usage_error(shell, "use v6e-4 --chips 4") == (
+        "Give either a topology name ('v6e-4') or --generation/--chips, not both."
+    )
+    assert usage_error(shell, "use") == (
+        "Name a topology, for example 'v6e-4', or give --generation and/or --chips."
+    )
+    assert usage_error(shell, "use --generation v6e --chips 3") == (
+        "TPU v6e has no 3-device topology on one host; choose one of 1, 4, 8 (for example "
+        "'v6e-8')."
+    )
+
+
+def test_use_is_refused_on_a_real_tpu(shell, monkeypatch):
+    from tpu_lab.runtime import select
+    from tpu_lab.runtime.torchtpu import TorchTPUBackend
+
+    with monkeypatch.context() as m:
+        m.setattr(select, "_active", TorchTPUBackend())
+        m.setenv("TPU_ACCELERATOR_TYPE", "v6e-8")
+        assert usage_error(shell, "use v6e-4") == (
+            "Cannot choose the topology 'v6e-4' on a real TPU: the hardware decides (v6e-8). "
+            "Topologies can be chosen on the bundled device only."
+        )
+
+
+def test_mode_for_the_session(shell):
+    out, _, _, _ = run(shell, "%tpu mode")
+    assert out == (
+        "eager mode: DEFER_NEVER (eager); choose with %tpu mode eager|fuse|blocking|compile\n"
+    )
+    expected = {"fuse": "DEFER_AND_FUSE", "compile": "DEFER_AND_FUSE",
+                "blocking": "DEFER_NEVER_AND_LAUNCH_BLOCKING", "eager": "DEFER_NEVER"}  # fmt: skip
+    previous = "DEFER_NEVER"
+    for name, member in expected.items():
+        out, _, _, _ = run(shell, f"%tpu mode {name}")
+        assert out == f"eager mode: {member} (was {previous})\n"
+        assert torch.tpu.eager_mode is EagerMode[member]
+        previous = member
+    changes = [e.details["new"] for e in log.events("mode_change")]
+    assert changes == ["DEFER_AND_FUSE", "DEFER_NEVER_AND_LAUNCH_BLOCKING", "DEFER_NEVER"]
+
+
+# --- cell-scoped modes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "inside"), [("compile", "DEFER_AND_FUSE"), ("mode fuse", "DEFER_AND_FUSE"),
+                         ("mode blocking", "DEFER_NEVER_AND_LAUNCH_BLOCKING")],
+)  # fmt: skip
+def test_cell_scoped_mode_is_restored(shell, line, inside):
+    torch.tpu.eager_mode = EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING if "fuse" in line else (
+        EagerMode.DEFER_NEVER)  # fmt: skip
+    before = torch.tpu.eager_mode
+    code = f"%%tpu {line}\nimport torch\nseen = torch.tpu.eager_mode.name\nx = torch.ones(3, device='tpu')\n(x * 2).sum().item()"
+    out, _, _, result = run(shell, code)
+    assert result.success and result.result == 6.0  # the last expression is the cell's value
+    assert shell.user_ns["seen"] == inside
+    assert torch.tpu.eager_mode is before
+
+
+@pytest.mark.parametrize("line", ["compile", "mode fuse", "time"])
+def test_cell_scoped_mode_is_restored_when_the_cell_raises(shell, line):
+    before = torch.tpu.eager_mode
+    _, err, _, result = run(shell, f"%%tpu {line}\nx = 1\nraise KeyError('boom in the cell')")
+    assert isinstance(result.error_in_exec, KeyError)
+    assert torch.tpu.eager_mode is before
+    assert shell.user_ns["x"] == 1
+
+
+def test_cell_traceback_shows_the_cell_line_not_the_magic(shell):
+    with capture_output() as cap:
+        shell.run_cell("%%tpu compile\nx = 1\n1 / 0", store_history=True)
+    shown = cap.stdout + cap.stderr
+    assert "ZeroDivisionError" in shown and "----> 2 1 / 0" in _plain(shown)
+    assert "magics.py" not in shown and "skipping hidden" in shown
+
+
+def test_a_cell_ending_in_a_semicolon_shows_nothing(shell):
+    _, _, _, result = run(shell, "%%tpu compile\n1 + 1;")
+    assert result.result is None
+
+
+def test_compile_cell_uses_the_eager_cache_and_events_carry_the_cell(shell):
+    torch.tpu._clear_cache()
+    code = "%%tpu compile\nimport torch\nfor n in (3, 4):\n    torch.ones(n, device='tpu').sum().item()"
+    _, _, _, result = run(shell, code)
+    assert result.success
+    misses = log.events("cache_miss")
+    assert len(misses) == 2 and {e.cell for e in misses} == {result.execution_count}
+    assert controls.reset()  # leave the cache empty for the next test
+
+
+def test_time_cell(shell):
+    code = (
+        "%%tpu time\nimport torch\nf = torch.compile(lambda x: x + 1, backend='tpu')\n"
+        "f(torch.ones(2, device='tpu')).sum().item()"
+    )
+    torch._dynamo.reset()
+    out, _, _, result = run(shell, code)
+    assert result.result == 4.0
+    assert out.startswith("cell: ") and "(host time on the simulated device)" in out
+    assert "in 1 compilation(s)" in out and "1 sync point(s)" in out
+    torch._dynamo.reset()
+
+
+# --- the event log --------------------------------------------------------------------------
+
+
+def _recompile(shell):
+    torch._dynamo.reset()
+    run(shell, "import torch\nf = torch.compile(lambda x: x * 2, backend='tpu', dynamic=False)")
+    _, _, _, result = run(shell, "for n in (3, 4, 5):\n    f(torch.ones(n, device='tpu'))")
+    return result.execution_count
+
+
+def test_events_recompiles_explain(shell):
+    cell = _recompile(shell)
+    run(shell, "torch.ones(1, device='tpu').item()")
+    _, _, (bundle,), _ = run(shell, f"%tpu events --cell {cell} --kind recompile")
+    text = bundle["text/plain"]
+    assert text.startswith(f"tpu_lab events of kind recompile in cell {cell} (2)\n")
+    assert "argument x: dimension 0 changed from 3 to 4" in bundle["text/html"]
+    _, _, (bundle,), _ = run(shell, "%tpu events --last 1")
+    assert bundle["text/plain"].startswith("tpu_lab events (1)\n") and " sync " in bundle[
+        "text/plain"
+    ]
+    _, _, (bundle,), _ = run(shell, "%tpu recompiles")
+    assert bundle["text/plain"].startswith("recompile timeline: 2 recompiles, 1 compile")
+    assert "dimension 0 changed from 4 to 5" in bundle["text/html"]
+    _, _, (bundle,), _ = run(shell, "%tpu recompiles --plot")
+    assert set(bundle) == {"text/plain", "image/png"}
+    latest = log.events("recompile")[-1]
+    _, _, (bundle,), _ = run(shell, "%tpu explain")
+    assert bundle["text/plain"].startswith(f"recompile #{latest.seq}: recompiled <lambda>")
+    first = log.events("recompile")[0]
+    _, _, (bundle,), _ = run(shell, f"%tpu explain {first.seq}")
+    assert "argument x: dimension 0 changed from 3 to 4" in bundle["text/plain"]
+    sync = log.events("sync")[-1].seq
+    assert usage_error(shell, f"explain {sync}") == (
+        f"Event {sync} is a 'sync' event; only recompile and cache_miss events have an "
+        "explanation. List them with tpu_lab.event_log('recompile') or "
+        "tpu_lab.event_log('cache_miss')."
+    )
+    torch._dynamo.reset()
+
+
+def test_explain_with_nothing_to_explain(shell):
+    assert usage_error(shell, "explain") == (
+        "Nothing to explain: no recompilation has been recorded yet."
+    )
+    assert usage_error(shell, "explain 999999").startswith("No event #999999 in the log")
+
+
+def test_reset_says_what_it_resets(shell):
+    controls.reset()
+    with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+        for _ in range(3):
+            torch.ones(2, device="tpu").sum().item()
+    kept = len(log.events())
+    out, _, _, _ = run(shell, "%tpu reset")
+    assert out == (
+        "Reset:\n"
+        "  eager compile cache (DEFER_AND_FUSE): 1 compiled graph(s) dropped, statistics "
+        "(3 requests, 2 hits) set to 0\n"
+        "  torch.compile: compiled graphs dropped (torch._dynamo.reset()): every compiled "
+        "function compiles again on its next call; recompile counts per call site set to 0\n"
+        f"  event log: {kept} event(s) cleared\n"
+        "  kept: tensors on the device, HBM peak, eager mode, topology\n"
+    )
+    assert log.events() == [] and tpu_lab.backend().cache_stats() == {
+        "requests": 0, "hits": 0, "misses": 0}  # fmt: skip
+
+
+def test_memory_and_doctor(shell):
+    _, _, (bundle,), _ = run(shell, "%tpu memory")
+    assert bundle["text/plain"].startswith("HBM per chip (TPU v6e")
+    _, _, (bundle,), _ = run(shell, "%tpu memory --plot")
+    assert bundle["image/png"]
+    out, _, _, _ = run(shell, "%tpu doctor")
+    assert out.startswith("tpu-lab doctor\n")
+
+
+# --- delegates (other modules; replaced here by fakes that record their arguments) ----------
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    calls: list[tuple] = []
+
+    def record(name, result=None):
+        def fn(*args, **kwargs):
+            calls.append((name, args, kwargs))
+            return Shown(f"{name} called") if result is None else result
+
+        return fn
+
+    sharding = types.ModuleType("tpu_lab.sharding")
+    sharding.view = record("view")
+    sharding.plan = record("plan")
+    cluster = types.ModuleType("tpu_lab.sharding.cluster")
+
+    class Cluster(Shown):
+        def run_cell(self, source):
+            calls.append(("run_cell", (source,), {}))
+            if "fail" in source:
+                raise TpuLabError("rank 1 failed:\nTraceback ...\nValueError: bad")
+            return Shown("spmd result")
+
+    cluster.state = None
+
+    def start(topology):
+        calls.append(("start", (topology,), {}))
+        cluster.state = Cluster(f"cluster {topology}")
+        return cluster.state
+
+    def stop():
+        calls.append(("stop", (), {}))
+        cluster.state = None
+
+    cluster.start, cluster.stop = start, stop
+    cluster.restart = record("restart")
+    cluster.current = lambda: cluster.state
+    sharding.cluster = cluster
+    media = types.ModuleType("tpu_lab.media")
+    media.preview = record("preview")
+    dashboard = types.ModuleType("tpu_lab.views.dashboard")
+    dashboard.Dashboard = lambda: calls.append(("Dashboard", (), {})) or Shown("dashboard")
+    for module in (sharding, cluster, media, dashboard):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    return calls
+
+
+def test_sharding_looks_the_variable_up(shell, fakes):
+    shell.user_ns["weights"] = weights = torch.ones(2)
+    shell.user_ns["model"] = types.SimpleNamespace(layer=types.SimpleNamespace(w=weights))
+    _, _, (bundle,), _ = run(shell, "%tpu sharding weights")
+    assert bundle["text/plain"] == "view called"
+    run(shell, "%tpu sharding model.layer.w")
+    assert [c[1][0] is weights for c in fakes] == [True, True]
+    assert usage_error(shell, "sharding nothing_here") == (
+        "%tpu sharding: no variable named 'nothing_here' in the notebook; run the cell that "
+        "defines it first, or check the spelling."
+    )
+    assert usage_error(shell, "sharding model.layer.v") == (
+        "%tpu sharding: model.layer has no attribute 'v'."
+    )
+    assert usage_error(shell, "sharding weights[0]").startswith(
+        "%tpu sharding: 'weights[0]' is not a variable name\n"
+    )
+    assert len(fakes) == 2  # never evaluated
+
+
+def test_plan_passes_the_arguments(shell, fakes, tmp_path):
+    tpu_lab.use_topology("v5e-8")
+    shell.user_ns["config"] = config = object()
+    run(shell, "%tpu plan config --chips 4 --generation v6e --batch 2 --seq 128")
+    run(shell, "%tpu plan config")
+    run(shell, f"%tpu plan {tmp_path}")
+    assert fakes == [
+        ("plan", (config,), {"chips": 4, "generation": "v6e", "batch": 2, "seq": 128}),
+        ("plan", (config,), {"chips": 8, "generation": "v5e", "batch": None, "seq": None}),
+        ("plan", (str(tmp_path),), {"chips": 8, "generation": "v5e", "batch": None,
+                                    "seq": None}),
+    ]  # fmt: skip
+
+
+def test_cluster_and_spmd(shell, fakes):
+    assert usage_error(shell, "cluster status") == (
+        "No cluster is running; start one with %tpu cluster start v6e-4."
+    )
+    assert usage_error(shell, "spmd", "x = 1") == (
+        "%%tpu spmd runs the cell on a cluster, and none is running; start one with "
+        "%tpu cluster start v6e-4."
+    )
+    _, _, (bundle,), _ = run(shell, "%tpu cluster start v6e-4")
+    assert bundle["text/plain"] == "cluster v6e-4"
+    _, _, (bundle,), _ = run(shell, "%tpu cluster")
+    assert bundle["text/plain"] == "cluster v6e-4"
+    _, _, (bundle,), _ = run(shell, "%%tpu spmd\nx = torch.ones(2)\nx.sum()")
+    assert bundle["text/plain"] == "spmd result"
+    assert usage_error(shell, "spmd", "fail()") == (
+        "rank 1 failed:\nTraceback ...\nValueError: bad"
+    )
+    run(shell, "%tpu cluster restart")
+    out, _, _, _ = run(shell, "%tpu cluster stop")
+    assert out == "cluster: stop done\n"
+    tpu_lab.use_topology("v5e-4")
+    run(shell, "%tpu cluster start")  # the current topology
+    assert usage_error(shell, "cluster stop v6e-4").startswith(
+        "%tpu cluster: only start takes a topology, not stop\n"
+    )
+    assert [c[:2] for c in fakes] == [
+        ("start", ("v6e-4",)),
+        ("run_cell", ("x = torch.ones(2)\nx.sum()\n",)),
+        ("run_cell", ("fail()",)),
+        ("restart", ()),
+        ("stop", ()),
+        ("start", ("v5e-4",)),
+    ]
+
+
+def test_preview_passes_the_options(shell, fakes):
+    shell.user_ns["image"] = image = torch.zeros(3, 8, 8)
+    run(shell, "%tpu preview image")
+    run(shell, "%tpu preview image --range -1,1 --fps 12 --save out.mp4")
+    run(shell, "%tpu preview image --range uint8")
+    assert fakes == [
+        ("preview", (image,), {"value_range": None, "save": None}),
+        ("preview", (image,), {"value_range": "-1,1", "save": "out.mp4", "fps": 12}),
+        ("preview", (image,), {"value_range": "uint8", "save": None}),
+    ]
+    assert usage_error(shell, "preview image --fps 0").startswith(
+        "%tpu preview: --fps must be 1 or more, got 0\n"
+    )
+
+
+def test_dashboard(shell, fakes):
+    _, _, (bundle,), _ = run(shell, "%tpu dashboard")
+    assert bundle["text/plain"] == "dashboard" and fakes == [("Dashboard", (), {})]
+
+
+def test_a_missing_delegate_module_is_a_usage_error(shell, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tpu_lab.media", None)
+    shell.user_ns["image"] = 1
+    assert usage_error(shell, "preview image") == (
+        "tpu_lab.media is not part of this installation of tpu_lab; upgrade tpu-lab "
+        "(pip install -U tpu-lab)."
+    )
+
+
+# --- completion -----------------------------------------------------------------------------
+
+
+def test_completion_through_the_shell_completer(shell):
+    shell.user_ns["weights"] = 1
+    shell.user_ns["_hidden"] = 2
+
+    def complete(line):
+        with provisionalcompleter():
+            return [c.text for c in shell.Completer.completions(line, len(line))]
+
+    assert complete("%tpu mo") == ["mode"]
+    assert complete("%tpu re") == ["recompiles", "reset"]
+    assert complete("%%tpu co") == ["compile"]
+    assert complete("%tpu mode f") == ["fuse"]
+    assert complete("%tpu events --k") == ["--kind"]
+    assert complete("%tpu events --kind re") == ["recompile"]
+    assert complete("%tpu use v6") == ["v6e-1", "v6e-4", "v6e-8"]
+    assert complete("%tpu sharding we") == ["weights"]
+    assert complete("%tpu cluster st") == ["start", "stop", "status"]
+    assert complete("%tpu cluster start v4") == ["v4-1", "v4-2", "v4-4", "v4-8"]
+
+
+def test_completions_of_a_line():
+    assert completions("%tpu ")[:3] == ["status", "use", "mode"]
+    assert completions("%tpu events --cell 3 --") == ["--kind", "--last", "--help"]
+    assert completions("%tpu plan cfg --chips 4 --") == ["--generation", "--batch", "--seq",
+                                                         "--help"]  # fmt: skip
+    assert completions("%tpu plan ", ["cfg", "_x"]) == ["cfg"]
+    assert completions("%tpu plan cfg ", ["cfg"]) == []
+    assert completions("%tpu nosuch ") == []
+    assert completions("%tpu recompiles --plot ") == []
