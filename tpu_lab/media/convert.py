@@ -208,15 +208,35 @@ def _range_name(low: float, high: float) -> str:
     return f"[{low:g}, {high:g}]"
 
 
-def detect_value_range(arr: np.ndarray) -> ValueRange:
+def extremes(arr: np.ndarray) -> tuple[tuple[float, float] | None, int]:
+    """(min, max) of the finite values (``None`` if there are none), and how many are not
+    finite. One pass over the data unless NaN/inf are present."""
+    if arr.size == 0:
+        return None, 0
+    if arr.dtype == np.bool_:
+        arr = arr.view(np.uint8)
+    low, high = float(arr.min()), float(arr.max())
+    if arr.dtype.kind != "f" or (math.isfinite(low) and math.isfinite(high)):
+        return (low, high), 0
+    mask = np.isfinite(arr)
+    bad = int(arr.size - np.count_nonzero(mask))
+    finite = arr[mask]
+    return ((float(finite.min()), float(finite.max())) if finite.size else None), bad
+
+
+def detect_value_range(
+    arr: np.ndarray, found: tuple[float, float] | None | bool = False
+) -> ValueRange:
+    """The rule of the module docstring; ``found``: the array's :func:`extremes` if known."""
     if arr.dtype == np.uint8:
         return ValueRange(0.0, 255.0, "0..255", detected=True)
     if arr.dtype == np.bool_:
         return ValueRange(0.0, 1.0, "[0, 1]", detected=True)
-    finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
-    if finite.size == 0:
+    if found is False:
+        found = extremes(arr)[0]
+    if found is None:
         return ValueRange(0.0, 1.0, "[0, 1]", detected=True)
-    low, high = float(finite.min()), float(finite.max())
+    low, high = found
     if arr.dtype.kind in "iu":
         if low >= 0 and high <= 255:
             return ValueRange(0.0, 255.0, "0..255", detected=True)
@@ -226,22 +246,34 @@ def detect_value_range(arr: np.ndarray) -> ValueRange:
         return ValueRange(0.0, 1.0, "[0, 1]", detected=True)
     if low >= -1 - tol and high <= 1 + tol:
         return ValueRange(-1.0, 1.0, "[-1, 1]", detected=True)
-    if low >= 0 and high <= 255 and bool(np.all(finite == np.round(finite))):
+    if low >= 0 and high <= 255 and _whole_numbers(arr):
         return ValueRange(0.0, 255.0, "0..255", detected=True)
     return ValueRange(low, high, "min..max", detected=True)
 
 
-def to_uint8(arr: np.ndarray, vr: ValueRange) -> np.ndarray:
+def _whole_numbers(arr: np.ndarray) -> bool:
+    finite = arr[np.isfinite(arr)]
+    return bool(np.all(finite == np.round(finite)))
+
+
+def to_uint8(arr: np.ndarray, vr: ValueRange, found: Any = False) -> np.ndarray:
+    """``arr`` mapped from ``vr`` to 0..255 (clipped; NaN/inf to the low end)."""
     if arr.dtype == np.uint8 and (vr.low, vr.high) == (0.0, 255.0):
         return arr
-    data = arr.astype(np.float32)
     low, high = vr.low, vr.high
     if math.isnan(low):  # "minmax" set by the user: this array's own extremes
-        finite = data[np.isfinite(data)]
-        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        if found is False:
+            found = extremes(arr)[0]
+        low, high = found if found is not None else (0.0, 1.0)
     scale = 255.0 / (high - low) if high > low else 0.0
-    data = np.nan_to_num(data, nan=low, posinf=high, neginf=low)
-    return np.clip((data - low) * scale + 0.5, 0, 255).astype(np.uint8)
+    data = arr.astype(np.float32)  # a copy: the steps below work in place
+    if data.dtype.kind == "f" and not np.isfinite(data).all():
+        np.nan_to_num(data, copy=False, nan=low, posinf=high, neginf=low)
+    data -= low
+    data *= scale
+    data += 0.5
+    np.clip(data, 0, 255, out=data)
+    return data.astype(np.uint8)
 
 
 def _canonical(arr: np.ndarray, layout: str) -> np.ndarray:
@@ -274,18 +306,14 @@ def _from_array(
         axes = detect_layout(arr.shape, torch_order=_is_tensor(x))
         if video and axes.startswith("N") and arr.ndim == 4:
             axes = "T" + axes[1:]
-    vr = value_range or detect_value_range(arr)
-    stats = None
-    if arr.size and arr.dtype.kind in "fiub":
-        finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
-        if finite.size:
-            stats = (float(finite.min()), float(finite.max()))
-    notes = []
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        notes.append(f"{int((~np.isfinite(arr)).sum())} NaN/inf values shown as the low end")
+    if arr.dtype.kind not in "fiub":
+        raise MediaError(f"Cannot show values of type {arr.dtype}: pass numbers or booleans.")
+    stats, bad = extremes(arr)
+    vr = value_range or detect_value_range(arr, stats)
+    notes = [f"{bad} NaN/inf values shown as the low end"] if bad else []
     canon = _canonical(arr, axes)
     _check_channels(canon, axes, source)
-    u8 = to_uint8(canon, vr)
+    u8 = to_uint8(canon, vr, stats)
     frames = [[u8[t, n] for n in range(u8.shape[1])] for t in range(u8.shape[0])]
     return Media(frames, "T" in axes, source, axes, vr, stats, notes)
 
