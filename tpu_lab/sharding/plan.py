@@ -1,0 +1,478 @@
+"""Plan tensor parallelism without weights: which chip holds what, HBM per chip, does it fit.
+
+The model is built on the meta device from its config (no weights, no download); its own
+tensor-parallel plan (transformers ``tp_plan`` / ``base_model_tp_plan``, a diffusers ``_tp_plan``)
+or one you pass says how each Linear is split. The placements mirror what transformers'
+``apply_tensor_parallelism``, diffusers' ``apply_tensor_parallel`` and torch's
+``parallelize_module`` do with each style; a size that a style would split unevenly (attention
+heads, hidden sizes) is refused with the parameter, dimension, size and chip count.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..device.topology import GENERATIONS, Generation, make_topology
+from ..errors import TopologyError
+from ..views.base import View
+from .info import REPLICATE, ModelLayout, ShardingError, Split, TensorLayout, layout_info, shard
+
+_COLWISE = {"colwise", "colwise_rep", "colwise_gather_output"}
+_ROWWISE = {"rowwise", "rowwise_rep", "rowwise_split_input"}
+_REPLICATED = {
+    "replicate", "sequence_parallel", "replicated_with_grad_allreduce", "all_reduce",
+    "local_params", "mla_kv_a_proj", "moe_identity_expert", "moe_tp_experts",
+}
+KNOWN_STYLES = sorted(
+    _COLWISE | _ROWWISE | _REPLICATED
+    | {"packed_colwise", "packed_rowwise", "embedding_rowwise", "embedding_colwise"}
+)
+_QUERY = {"q_proj", "to_q", "add_q_proj", "query", "wq", "q"}
+_KEY_VALUE = {"k_proj", "v_proj", "to_k", "to_v", "add_k_proj", "add_v_proj", "key", "value",
+              "wk", "wv", "k", "v"}
+_FUSED_QKV = {"qkv_proj", "query_key_value", "to_qkv", "c_attn", "Wqkv", "qkv"}
+
+
+def style_name(style) -> str:
+    """A plan value as text: strings as they are, style objects by class name."""
+    return style if isinstance(style, str) else type(style).__name__
+
+
+def _split_for(style, module: torch.nn.Module, pname: str, param: torch.Tensor, path: str):
+    """The placement ``style`` gives parameter ``pname`` of ``module`` (None: replicated)."""
+    ndim = param.dim()
+    name = style_name(style)
+    embedding = isinstance(module, torch.nn.Embedding)
+    if name in _COLWISE or name == "ColwiseParallel":
+        if name == "ColwiseParallel" and embedding:
+            return shard(1)
+        return shard(max(ndim - 2, 0))
+    if name in _ROWWISE or name == "RowwiseParallel":
+        if name == "RowwiseParallel" and embedding:
+            return shard(0)
+        return REPLICATE if ndim == 1 else shard(ndim - 1)
+    if name == "embedding_rowwise":
+        return shard(0)
+    if name == "embedding_colwise":
+        return shard(1)
+    if name == "packed_colwise":  # transformers: gate and up fused, split_factor 2
+        return shard(0) if ndim == 1 else Split("shard", ndim - 2, split_factor=2)
+    if name == "packed_rowwise":
+        return REPLICATE if ndim == 1 else Split("shard", ndim - 1, split_factor=2)
+    if name in ("PackedColwiseParallel", "PackedRowwiseParallel"):  # diffusers markers
+        col = name == "PackedColwiseParallel"
+        if not col and pname != "weight":
+            return REPLICATE
+        dim = 0 if col else 1
+        attr = "_tp_packed_col_blocks" if col else "_tp_packed_row_blocks"
+        blocks = style.blocks or getattr(module, attr, None)
+        if not blocks:
+            raise ShardingError(f"'{path}' uses {name} but has no blocks: set `{attr}` on it.")
+        unit, rest = divmod(param.shape[dim], sum(blocks))
+        if rest:
+            raise ShardingError(
+                f"'{path}': fused blocks {list(blocks)} do not divide dim {dim} of size "
+                f"{param.shape[dim]}."
+            )
+        return Split("shard", dim, blocks=tuple(b * unit for b in blocks))
+    if name in _REPLICATED or name in ("SequenceParallel", "PrepareModuleInput",
+                                       "PrepareModuleOutput", "PrepareModuleInputOutput"):
+        return None
+    raise ShardingError(
+        f"Unknown tensor-parallel style {name!r} for '{path}'. Known styles: "
+        f"{', '.join(KNOWN_STYLES)} (or torch's ColwiseParallel/RowwiseParallel objects, "
+        "diffusers' PackedColwiseParallel/PackedRowwiseParallel)."
+    )
+
+
+def model_tp_plan(model: torch.nn.Module) -> dict:
+    """The model's own plan: transformers ``model.tp_plan`` (class ``_tp_plan`` plus the
+    config's ``base_model_tp_plan``), a diffusers class ``_tp_plan``, else empty."""
+    plan = getattr(model, "tp_plan", None)
+    if not isinstance(plan, dict) or not plan:
+        plan = getattr(type(model), "_tp_plan", None) or getattr(model, "_tp_plan", None)
+    return dict(plan or {})
+
+
+def _pattern(key: str) -> re.Pattern:
+    return re.compile("\\.".join("[^.]+" if a == "*" else re.escape(a) for a in key.split(".")))
+
+
+def resolve_plan(model: torch.nn.Module, tp_plan: dict) -> dict[str, tuple[str, object]]:
+    """Parameter name -> (plan key, style) for every parameter a plan entry covers; keys name
+    modules (their own parameters) or parameters, ``*`` stands for one name part."""
+    modules = dict(model.named_modules())
+    params = dict(model.named_parameters(remove_duplicate=False))
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    out: dict[str, tuple[str, object]] = {}
+    for key, style in tp_plan.items():
+        hits = _match(key, modules, params)
+        if not hits and prefix and not key.startswith(prefix + "."):
+            hits = _match(f"{prefix}.{key}", modules, params)
+        if not hits:
+            example = next((n for n in modules if n.count(".") >= 2), next(iter(params), ""))
+            raise ShardingError(
+                f"tp_plan key {key!r} matches no module or parameter of "
+                f"{type(model).__name__}; names look like {example!r} ('*' stands for one part, "
+                "such as a layer number)."
+            )
+        for name in hits:
+            if name in params:
+                out[name] = (key, style)
+            else:
+                for pname, _ in modules[name].named_parameters(recurse=False):
+                    out[f"{name}.{pname}" if name else pname] = (key, style)
+    return out
+
+
+def _match(key: str, modules: dict, params: dict) -> list[str]:
+    if "*" not in key:
+        return [key] if key in modules or key in params else []
+    rx = _pattern(key)
+    return [n for n in (*modules, *params) if rx.fullmatch(n)]
+
+
+def _config(model):
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    return config
+
+
+def _cfg(config, *names, default=None):
+    for n in names:
+        value = config.get(n) if isinstance(config, dict) else getattr(config, n, None)
+        if value is not None:
+            return value
+    return default
+
+
+def _check_heads(model, covered: dict, chips: int) -> None:
+    """Refuse colwise-split attention projections whose heads do not divide over the chips."""
+    config = _config(model)
+    if config is None or chips == 1:
+        return
+    heads = _cfg(config, "num_attention_heads", "num_heads", "n_head")
+    kv_heads = _cfg(config, "num_key_value_heads", "num_kv_heads", default=heads)
+    for pname, (key, style) in covered.items():
+        if not pname.endswith("weight") or style_name(style) not in (
+            _COLWISE | {"ColwiseParallel", "packed_colwise", "PackedColwiseParallel"}
+        ):
+            continue
+        module_atom = pname.rsplit(".", 2)[-2] if "." in pname else pname
+        for names, count, what in (
+            (_QUERY | _FUSED_QKV, heads, "num_attention_heads"),
+            (_KEY_VALUE | _FUSED_QKV, kv_heads, "num_key_value_heads"),
+        ):
+            if module_atom in names and count and count % chips:
+                same = sum(1 for p, (k, _) in covered.items() if k == key and p != pname)
+                more = f" (and {same} more from plan key {key!r})" if same else ""
+                raise ShardingError(
+                    f"Cannot split {pname} over {chips} chips: {style_name(style)!r} splits dim 0 "
+                    f"into per-chip heads, but {what}={count} does not divide by {chips}{more}. "
+                    f"Use a chip count that divides {count}: {_divisors(count)}."
+                )
+
+
+def _divisors(n: int) -> str:
+    found = [d for d in range(1, min(n, 64) + 1) if n % d == 0]
+    return ", ".join(map(str, found)) + (", ..." if n > 64 else "")
+
+
+def plan_layout(
+    model: torch.nn.Module, chips: int, tp_plan: dict | None = None, dtype=None
+) -> ModelLayout:
+    """The layout of ``model`` (meta or real) on a 1-D mesh of ``chips`` under its own plan
+    updated with ``tp_plan``. Floating-point parameters count as ``dtype`` when given (buffers
+    keep theirs, as transformers keeps rotary frequencies in float32)."""
+    plan = model_tp_plan(model)
+    plan.update(tp_plan or {})
+    if not plan and chips > 1:
+        raise ShardingError(
+            f"{type(model).__name__} has no tensor-parallel plan (no tp_plan, base_model_tp_plan "
+            "or _tp_plan). Pass one: tp_plan={'layers.*.mlp.up_proj': 'colwise', "
+            "'layers.*.mlp.down_proj': 'rowwise', ...}."
+        )
+    covered = resolve_plan(model, plan) if chips > 1 else {}
+    _check_heads(model, covered, chips)
+    modules = dict(model.named_modules())
+    mesh, names = (chips,), ("tp",)
+    entries: dict[int, TensorLayout] = {}
+    problems: list[str] = []
+    tensors = [("parameter", n, t) for n, t in model.named_parameters(remove_duplicate=False)]
+    tensors += [("buffer", n, t) for n, t in model.named_buffers(remove_duplicate=False)]
+    for kind, name, t in tensors:
+        mod_name, _, pname = name.rpartition(".")
+        key_style = covered.get(name)
+        split = style = None
+        if key_style is not None:
+            style = style_name(key_style[1])
+            split = _split_for(key_style[1], modules[mod_name], pname, t, name)
+        split = split or REPLICATE
+        if split.kind == "shard":
+            problems += _divides(name, style, t.shape, split, chips)
+        floating = kind == "parameter" and t.is_floating_point()
+        use = dtype if dtype is not None and floating else t.dtype
+        info = layout_info(tuple(t.shape), use, mesh, (split,), names)
+        old = entries.get(id(t))
+        if old is not None:
+            if style is not None and old.info.placements != info.placements:
+                raise ShardingError(
+                    f"{name} is the same tensor as {old.name} (tied weights) but the plan places "
+                    f"it {info.placements[0]} and {old.name} {old.info.placements[0]}; give both "
+                    "the same style."
+                )
+            entries[id(t)] = TensorLayout(old.name, old.kind, old.style or style, old.info,
+                                          (*old.aliases, name))
+            continue
+        entries[id(t)] = TensorLayout(name, kind, style, info)
+    if problems:
+        extra = f" ({len(problems) - 1} more like it)" if len(problems) > 1 else ""
+        raise ShardingError(problems[0] + extra)
+    return ModelLayout(type(model).__name__, mesh, names, tuple(entries.values()))
+
+
+def _divides(name, style, shape, split: Split, chips: int) -> list[str]:
+    dim = split.dim % len(shape)
+    sizes = split.blocks or ((shape[dim] // split.split_factor,) * split.split_factor
+                             if split.split_factor else (shape[dim],))
+    bad = [s for s in sizes if s % chips]
+    if not bad:
+        return []
+    what = f"a fused block of size {bad[0]}" if len(sizes) > 1 else f"size {shape[dim]}"
+    return [
+        f"Cannot split {name} (shape {tuple(shape)}) over {chips} chips: {style!r} splits "
+        f"dim {dim}, {what}, which does not divide by {chips}. Use a chip count that divides "
+        f"{bad[0]}: {_divisors(bad[0])}."
+    ]
+
+
+@dataclass(frozen=True, repr=False, eq=False)
+class Plan(View):
+    """A tensor-parallel plan computed without weights: layout, HBM per chip, fit."""
+
+    model: str
+    source: str
+    chips: int
+    generation: Generation
+    layout: ModelLayout
+    dtype: torch.dtype
+    activations: tuple[tuple[str, int], ...] = ()  # (what, bytes per chip): an estimate
+    batch: int | None = None
+    seq: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def topology(self) -> str | None:
+        """The one-host topology name (``'v6e-4'``) when the generation has one for ``chips``."""
+        known = self.chips in self.generation.topologies
+        return f"{self.generation.name}-{self.chips}" if known else None
+
+    @property
+    def hbm_per_chip(self) -> int:
+        return self.generation.hbm_per_device
+
+    @property
+    def weight_bytes_per_chip(self) -> tuple[int, ...]:
+        return self.layout.bytes_per_chip
+
+    @property
+    def activation_bytes(self) -> int:
+        """The activation estimate per chip (0 without batch/seq)."""
+        return sum(n for _, n in self.activations)
+
+    @property
+    def bytes_per_chip(self) -> tuple[int, ...]:
+        return tuple(w + self.activation_bytes for w in self.weight_bytes_per_chip)
+
+    @property
+    def fits(self) -> bool:
+        return max(self.bytes_per_chip) <= self.hbm_per_chip
+
+    def to_text(self, width: int | None = None) -> str:
+        from .views import plan_text
+
+        return plan_text(self, width)
+
+    def to_html(self) -> str:
+        from .views import plan_html
+
+        return plan_html(self)
+
+    def figure(self):
+        """A matplotlib figure of the mesh and the per-chip memory."""
+        from .views import figure
+
+        return figure(self)
+
+
+def activation_estimate(model, chips: int, batch: int, seq: int, dtype, layout: ModelLayout):
+    """Peak activation bytes per chip for one inference forward of ``batch`` x ``seq`` tokens:
+    an ESTIMATE (eager attention scores of one layer, residual stream, MLP intermediates,
+    the KV cache of a decoder, float32 logits), not a measurement of what XLA allocates."""
+    config = _config(model)
+    b = torch.empty((), dtype=dtype, device="meta").element_size()
+    tokens = batch * seq
+    heads = _cfg(config, "num_attention_heads", "num_heads", "n_head", default=1) if config else 1
+    kv = _cfg(config, "num_key_value_heads", "num_kv_heads", default=heads) if config else heads
+    head_dim = _cfg(config, "head_dim", "attention_head_dim") if config else None
+    hidden = _cfg(config, "hidden_size", "d_model", "n_embd") if config else None
+    if hidden is None:
+        hidden = heads * head_dim if head_dim else _widest(layout)
+    head_dim = head_dim or hidden // heads
+    inter = _cfg(config, "intermediate_size", "ffn_dim", "n_inner") if config else None
+    inter = inter or 4 * hidden
+    sharded = {e.name.rsplit(".", 2)[-2] for e in layout.entries
+               if e.style and e.info.placements[0] != "Replicate()"}
+    attn_split = chips if sharded & (_QUERY | _FUSED_QKV) else 1
+    kv_split = chips if sharded & (_KEY_VALUE | _FUSED_QKV) else 1
+    mlp_split = chips if sharded - _QUERY - _KEY_VALUE - _FUSED_QKV else 1
+    out = [
+        ("residual stream", 3 * tokens * hidden * b),
+        ("attention (one layer, eager scores)",
+         tokens * (heads // attn_split + 2 * (kv // kv_split)) * head_dim * b
+         + batch * (heads // attn_split) * seq * seq * b),
+        ("MLP (one layer)", 3 * tokens * (inter // mlp_split) * b),
+    ]
+    out = [out[0], max(out[1:], key=lambda x: x[1])]
+    if getattr(config, "is_decoder", False) or getattr(config, "use_cache", False):
+        layers = _cfg(config, "num_hidden_layers", "n_layer", default=0)
+        out.append(("KV cache", 2 * layers * tokens * (kv // kv_split) * head_dim * b))
+    vocab = _cfg(config, "vocab_size") if config else None
+    if vocab and getattr(model, "get_output_embeddings", lambda: None)() is not None:
+        out.append(("logits (float32)", tokens * vocab * 4))
+    return tuple(out)
+
+
+def _widest(layout: ModelLayout) -> int:
+    return max((e.info.global_shape[-1] for e in layout.entries if e.info.ndim == 2), default=1)
+
+
+def load_meta_model(obj) -> tuple[torch.nn.Module, str]:
+    """``obj`` (a transformers or diffusers config, a model, or a local directory with
+    config.json) as a model; configs and directories are built on the meta device."""
+    if isinstance(obj, torch.nn.Module):
+        return obj, "model"
+    if isinstance(obj, (str, Path)):
+        return _from_directory(Path(obj))
+    if hasattr(obj, "to_dict") and hasattr(obj, "model_type"):
+        return _from_transformers_config(obj), "config"
+    if isinstance(obj, dict) and "_class_name" in obj:
+        return _from_diffusers_config(dict(obj)), "config"
+    raise ShardingError(
+        f"Cannot plan a {type(obj).__name__}: pass a transformers config (e.g. LlamaConfig), a "
+        "diffusers config dict (with '_class_name'), a model (on the meta device or not) or a "
+        "local directory with config.json."
+    )
+
+
+def _from_directory(path: Path):
+    import json
+
+    if not path.is_dir():
+        raise ShardingError(f"{str(path)!r} is not a local directory with a config.json.")
+    if not (path / "config.json").exists() and (path / "model_index.json").exists():
+        for sub in ("transformer", "unet"):
+            if (path / sub / "config.json").exists():
+                return _from_directory(path / sub)[0], f"{path / sub}"
+    if not (path / "config.json").exists():
+        raise ShardingError(f"{str(path)!r} has no config.json (nor model_index.json).")
+    config = json.loads((path / "config.json").read_text())
+    if "_class_name" in config:
+        return _from_diffusers_config(config), str(path)
+    from transformers import AutoConfig
+
+    return _from_transformers_config(AutoConfig.from_pretrained(path)), str(path)
+
+
+def _from_transformers_config(config) -> torch.nn.Module:
+    import transformers
+
+    classes = [getattr(transformers, a, None) for a in (config.architectures or ())]
+    with torch.device("meta"):
+        for cls in classes:
+            if cls is not None:
+                return cls(config)
+        for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
+            try:
+                return auto.from_config(config)
+            except ValueError:
+                continue
+    raise ShardingError(f"transformers has no model class for {type(config).__name__}.")
+
+
+def _from_diffusers_config(config: dict) -> torch.nn.Module:
+    import diffusers
+
+    cls = getattr(diffusers, config["_class_name"], None)
+    if cls is None:
+        raise ShardingError(f"diffusers has no model class {config['_class_name']!r}.")
+    with torch.device("meta"):
+        return cls.from_config(config)
+
+
+def _generation(generation: str, chips: int | None) -> tuple[Generation, int]:
+    text = str(generation).strip().lower()
+    name, _, count = text.partition("-")
+    if count:
+        topo = make_topology(name, int(count)) if count.isdigit() else None
+        if topo is None:
+            raise TopologyError(f"Cannot read {generation!r}: expected e.g. 'v6e' or 'v6e-4'.")
+        if chips is not None and chips != topo.devices:
+            raise TopologyError(
+                f"generation={generation!r} has {topo.devices} chips but chips={chips}; "
+                "pass one of them."
+            )
+        return topo.generation, topo.devices
+    if name not in GENERATIONS:
+        make_topology(name)  # raises the TopologyError listing the generations
+    if chips is None:
+        chips = 4
+    if isinstance(chips, bool) or not isinstance(chips, int) or chips < 1:
+        raise ShardingError(f"chips must be a positive integer, got {chips!r}.")
+    return GENERATIONS[name], chips
+
+
+def plan(
+    obj,
+    chips: int | None = None,
+    generation: str = "v6e",
+    batch: int | None = None,
+    seq: int | None = None,
+    tp_plan: dict | None = None,
+    *,
+    dtype: torch.dtype | None = None,
+    image_size: tuple[int, int] | None = None,
+) -> Plan:
+    """Plan ``obj`` (config, model or directory) over ``chips`` chips (default 4, or the count
+    in ``generation='v6e-8'``) of ``generation``: weights per chip, an activation estimate for
+    ``batch`` x ``seq`` tokens (``image_size=(h, w)``: ``h/16 * w/16`` image tokens, as with an
+    8x VAE and 2x2 patches), and whether it fits in HBM. ``tp_plan`` entries update the model's
+    own plan; ``dtype`` (e.g. ``torch.bfloat16``) overrides the floating-point weight dtype."""
+    gen, chips = _generation(generation, chips)
+    model, source = load_meta_model(obj)
+    if image_size is not None:
+        height, width = image_size
+        seq = (height // 16) * (width // 16)
+        batch = batch or 1
+    layout = plan_layout(model, chips, tp_plan, dtype)
+    floating = [e.info.dtype for e in layout.entries if e.kind == "parameter"
+                and e.info.dtype.is_floating_point]
+    used = dtype or (max(set(floating), key=floating.count) if floating else torch.float32)
+    acts: tuple = ()
+    notes = []
+    if (batch is None) != (seq is None):
+        raise ShardingError("Pass both batch and seq (or image_size) for an activation estimate.")
+    if batch is not None:
+        acts = activation_estimate(model, chips, batch, seq, used, layout)
+        notes.append("activations are an estimate (one forward; eager attention scores), "
+                     "not a measurement")
+    if chips not in gen.topologies:
+        notes.append(f"TPU {gen.name} has no {chips}-chip host topology "
+                     f"(one-host counts: {', '.join(map(str, gen.topologies))})")
+    return Plan(type(model).__name__, source, chips, gen, layout, used, acts, batch, seq,
+                tuple(notes))
