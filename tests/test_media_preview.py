@@ -131,7 +131,8 @@ def test_frame_sequence_is_an_inline_h264_video():
     bundle = p._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}
     html = bundle["text/html"]
-    assert "<video controls autoplay loop muted playsinline width='64' height='48'" in html
+    # shown 4x larger than its 64x48 pixels, so that the player's controls leave it visible
+    assert "<video controls autoplay loop muted playsinline width='256' height='192'" in html
     decoded = _decoded_frames(_video_bytes(html))
     assert len(decoded) == 10 and decoded[0].shape == (48, 64, 3)
 

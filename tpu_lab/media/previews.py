@@ -16,6 +16,9 @@ from .paths import VIDEO_FORMATS, resolve_save_path
 from .video import _check_fps, encode_gif, encode_video, encode_webp
 
 _MIME = {"mp4": "video/mp4", "webp": "image/webp", "gif": "image/gif"}
+#: Videos narrower than this many CSS pixels are displayed enlarged (an integer factor, pixels
+#: kept sharp) so that the player's controls do not cover them.
+VIDEO_MIN_WIDTH = 256
 _CAPTION = "font:12px ui-monospace,SFMono-Regular,Menlo,monospace;color:#4b5563;margin-top:2px"
 
 
@@ -146,9 +149,13 @@ class Preview(View):
         title = esc(self._headline())
         size = f"width='{w}' height='{h}'"
         if self.kind == "video" and self.format == "mp4":
+            factor = -(-VIDEO_MIN_WIDTH // w)  # ceil
+            if factor > 1:
+                size = f"width='{w * factor}' height='{h * factor}'"
             body = (
                 f"<video controls autoplay loop muted playsinline {size} "
-                f"src='{self._data_uri()}' title='{title}'></video>"
+                f"style='image-rendering:pixelated' src='{self._data_uri()}' "
+                f"title='{title}'></video>"
             )
         else:
             body = (
