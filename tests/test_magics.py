@@ -96,7 +96,7 @@ def test_import_inside_ipython_registers_the_magics():
 
 def test_help_lists_every_subcommand(shell):
     out, _, _, _ = run(shell, "%tpu --help")
-    assert out.startswith("::\n\n  %tpu [subcommand] [options ...]\n\ntpu_lab: the TPU device")
+    assert out.startswith("  %tpu [subcommand] [options ...]\n\ntpu_lab: the TPU device")
     for name in COMMANDS:
         assert f"%tpu {name}" in out or f"%%tpu {name}" in out
     assert "  %tpu events [--cell N] [--kind KIND] [--last N]\n" in out

@@ -290,7 +290,7 @@ class TpuMagics(Magics):
             raise UsageError("%%tpu needs a subcommand: " + ", ".join(_CELL) + ".")
         name = tokens[0] if tokens else "status"
         if name in ("-h", "--help", "help"):
-            print(self.tpu.__doc__)
+            print(self.tpu.__doc__.removeprefix("::\n\n"))  # the docstring is reST
             return None
         command = COMMANDS.get(name)
         if command is None:
@@ -474,11 +474,8 @@ class TpuMagics(Magics):
                 )
             )
 
-    def _cluster_module(self):
-        return _module("tpu_lab.sharding.cluster")
-
     def _cluster(self, args, cell):
-        cluster = self._cluster_module()
+        cluster = _module("tpu_lab.sharding.cluster")
         if args.topology is not None and args.action != "start":
             raise _error("cluster", f"only start takes a topology, not {args.action}")
         with _shown_as_usage_errors():
@@ -505,7 +502,7 @@ class TpuMagics(Magics):
             display(result)
 
     def _spmd(self, args, cell):
-        cluster = self._cluster_module()
+        cluster = _module("tpu_lab.sharding.cluster")
         with _shown_as_usage_errors():
             current = cluster.current()
             if current is None:
