@@ -1,0 +1,161 @@
+"""Sharding views: text at a fixed width compared with the expected picture; HTML escaped and
+self-contained; view() dispatch; matplotlib figures."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from tpu_lab.models import TINY_LLAMA
+from tpu_lab.sharding import ShardingError, figure, plan, simulate, view
+from tpu_lab.sharding.info import REPLICATE, Split, layout_info, model_layout, shard
+from tpu_lab.sharding.views import CHIP_COLORS, LayoutView, MemoryView, ShardingView
+
+LLAMA4 = dict(TINY_LLAMA, num_key_value_heads=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_plan():
+    return plan(LlamaConfig(**LLAMA4), chips=4, batch=2, seq=16)
+
+
+def test_three_dim_tensor_on_a_two_dim_mesh():
+    info = layout_info((8, 6, 4), torch.bfloat16, (2, 2), (shard(0), shard(2)), ("dp", "tp"))
+    assert view(info, name="x").to_text(72) == """\
+x: bf16[8, 6, 4] on mesh dp=2 x tp=2, Shard(0), Shard(2); 384 B in all
+  chip  mesh      local shape   bytes       slices
+     0  (0,0)     4 x 6 x 2     96 B        [0:4, 0:6, 0:2]
+     1  (0,1)     4 x 6 x 2     96 B        [0:4, 0:6, 2:4]
+     2  (1,0)     4 x 6 x 2     96 B        [4:8, 0:6, 0:2]
+     3  (1,1)     4 x 6 x 2     96 B        [4:8, 0:6, 2:4]
+picture: dim 0 (8) rows x dim 2 (4) columns; not drawn: dim 1 (whole)
+┌────────────────────────────┬────────────────────────────┐
+│ chip 0                     │ chip 1                     │ 0:4
+├────────────────────────────┼────────────────────────────┤
+│ chip 2                     │ chip 3                     │ 4:8
+└────────────────────────────┴────────────────────────────┘
+ 0:2                          2:4"""
+
+
+def test_fused_blocks_and_replicated_tensors():
+    fused = layout_info((16,), torch.float32, (4,), (Split("shard", 0, split_factor=2),))
+    assert ShardingView(fused, "gate_up.bias").to_text(76) == """\
+gate_up.bias: f32[16] on mesh tp=4, _StridedShard(dim=0, split_factor=2); 6…
+  chip  mesh      local shape   bytes       slices
+     0  (0)       4             16 B        [0:2] [8:10]
+     1  (1)       4             16 B        [2:4] [10:12]
+     2  (2)       4             16 B        [4:6] [12:14]
+     3  (3)       4             16 B        [6:8] [14:16]
+picture: dim 0 (16) left to right
+┌────────┬────────┬────────┬────────┬────────┬────────┬────────┬────────┐
+│ chip 0 │ chip 1 │ chip 2 │ chip 3 │ chip 0 │ chip 1 │ chip 2 │ chip 3 │
+└────────┴────────┴────────┴────────┴────────┴────────┴────────┴────────┘
+ 0:2      2:4      4:6      6:8      8:10     10:12    12:14    14:16"""
+    whole = layout_info((4, 3), torch.float32, (4,), (REPLICATE,))
+    assert view(whole, name="norm").to_text(60).splitlines()[-4:] == [
+        "picture: dim 0 (4) rows x dim 1 (3) columns",
+        "┌────────────────────────────────────────────┐",
+        "│ all 4 chips                                │ 0:4",
+        "└────────────────────────────────────────────┘",
+    ]
+
+
+def test_layout_table_sorted_by_bytes_per_chip(tiny_plan):
+    assert LayoutView(tiny_plan.layout, limit=4).to_text(80) == """\
+LlamaForCausalLM on 4 chips (mesh tp=4): 23 tensors, 449.31 KiB unsharded,
+  113.31 KiB per chip
+  tensor                   shape dtype placement style                  per chip
+  lm_head.weight        256 x 64 f32   Shard(0)  colwise_gather_output 16.00 KiB
+  model.…_tokens.weight 256 x 64 f32   Shard(0)  embedding_rowwise     16.00 KiB
+  model.…wn_proj.weight 64 x 128 f32   Shard(1)  rowwise                8.00 KiB
+  model.…te_proj.weight 128 x 64 f32   Shard(0)  colwise                8.00 KiB
+  … 19 more tensors, 65.31 KiB per chip"""
+
+
+def test_hbm_bars_against_capacity():
+    gib = 1 << 30
+    bars = MemoryView((10 * gib, 2 * gib, 15 * gib), (6 * gib, 6 * gib, 6 * gib), 16 * gib,
+                      "HBM, TPU v5e")
+    assert bars.to_text(80) == """\
+HBM, TPU v5e: 16.00 GiB per chip (█ weights, ▒ activations, ░ free)
+  chip 0  │███████████████▒▒▒▒▒▒▒▒▒│ 16.00 GiB (100%)
+  chip 1  │███▒▒▒▒▒▒▒▒▒░░░░░░░░░░░░│ 8.00 GiB (50%)
+  chip 2  │██████████████████████▒▒│ 21.00 GiB (131%) OVER"""
+    assert "#dc2626" in bars.to_html()  # the chip over capacity is drawn red
+
+
+def test_plan_text(tiny_plan):
+    assert tiny_plan.to_text(80).splitlines()[:14] == [
+        "Plan: LlamaForCausalLM (config), tensor parallel over 4 chips of TPU v6e",
+        "  (v6e-4), f32 weights",
+        "fits: up to 189.31 KiB of 32.00 GiB HBM per chip",
+        "weights: 113.31 KiB per chip (449.31 KiB unsharded)",
+        "activations (estimate, batch 2 x seq 16): 76.00 KiB per chip = residual stream",
+        "  24.00 KiB, MLP (one layer) 12.00 KiB, KV cache 8.00 KiB, logits (float32)",
+        "  32.00 KiB",
+        "note: activations are an estimate (one forward; eager attention scores), not a",
+        "  measurement",
+        "HBM, TPU v6e: 32.00 GiB per chip (█ weights, ▒ activations, ░ free)",
+        "  chip 0  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
+        "  chip 1  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
+        "  chip 2  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
+        "  chip 3  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
+    ]
+    bundle = tiny_plan._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html"}
+
+
+def test_html_is_escaped_and_self_contained(tiny_plan):
+    info = layout_info((8, 4), torch.float32, (4,), (shard(0),))
+    pages = [ShardingView(info, "<img src=x onerror=alert(1)>").to_html(), tiny_plan.to_html()]
+    for page in pages:
+        assert "<script" not in page and "<img" not in page
+        assert "http" not in page and "src=" not in page.replace("&lt;img src=", "")
+    assert "&lt;img src=x onerror=alert(1)&gt;" in pages[0]
+    assert all(c in pages[0] for c in CHIP_COLORS[:4])
+    assert "lm_head.weight" in pages[1] and "colwise_gather_output" in pages[1]
+
+
+def test_view_dispatches_on_what_it_is_given(tiny_plan):
+    assert view(tiny_plan) is tiny_plan
+    assert isinstance(view(torch.ones(2, 3)), ShardingView)
+    lin = torch.nn.Linear(4, 2)
+    table = view(lin)
+    assert isinstance(table, LayoutView) and table.layout == model_layout(lin)
+    assert isinstance(view(tiny_plan.layout), LayoutView)
+    assert view(tiny_plan.layout["lm_head.weight"].info, name="head").name == "head"
+    with pytest.raises(ShardingError, match="Cannot draw the sharding of a dict"):
+        view({})
+
+
+def test_mesh_run_view():
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    run = simulate(mlp, torch.randn(2, 8), chips=2, tp_plan={"0": "colwise", "2": "rowwise"})
+    lines = run.to_text(90).splitlines()
+    assert lines[0] == ("Simulated mesh: Sequential, tensor parallel over 2 chips (one process, "
+                        "CPU shards,")
+    assert lines[2].startswith("output vs unsharded: max |diff| ")
+    assert "equal within rtol 0.0001 atol 1e-05 on every chip" in run.to_text(200)
+    assert "communication in the forward: all_reduce x1" in lines
+    # up: half of 16x8 + half of 8 bias; down: half of 8x16 + whole 8 bias: 144 floats
+    assert "real shards per chip: 576 B, 576 B" in lines
+    assert "equal within" in run.to_html()
+
+
+def test_figures_of_a_plan_a_run_and_a_tensor(tiny_plan):
+    from matplotlib.figure import Figure
+
+    info = layout_info((8, 6, 4), torch.bfloat16, (2, 2), (shard(0), shard(2)), ("dp", "tp"))
+    for fig in (tiny_plan.figure(), figure(info), figure(tiny_plan.layout),
+                view(info).figure()):
+        assert isinstance(fig, Figure) and len(fig.axes) == 2
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+        assert png.getvalue().startswith(b"\x89PNG")
+    mesh_axis = tiny_plan.figure().axes[0]
+    assert [t.get_text() for t in mesh_axis.texts][:2] == ["chip 0\n189.31 KiB",
+                                                           "chip 1\n189.31 KiB"]

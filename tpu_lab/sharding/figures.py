@@ -1,0 +1,129 @@
+"""Matplotlib figures of sharding for reports and static notebooks (matplotlib imported here
+only): the mesh with what each chip holds, and per-chip memory against HBM capacity."""
+
+from __future__ import annotations
+
+from .info import ModelLayout, format_bytes
+from .views import CHIP_COLORS, LayoutView, ShardingView, blocks, view
+
+GiB = 1 << 30
+
+
+def _new_figure(width: float = 10.0, height: float = 3.6):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError("Sharding figures need matplotlib: pip install matplotlib") from exc
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.subplots(1, 2)
+
+
+def _mesh_axes(ax, labels: list[str], grid: tuple[int, int], title: str) -> None:
+    rows, cols = grid
+    for chip, label in enumerate(labels):
+        r, c = divmod(chip, cols)
+        ax.add_patch(_rect((c, rows - 1 - r), CHIP_COLORS[chip % len(CHIP_COLORS)]))
+        ax.text(c + 0.5, rows - 0.5 - r, f"chip {chip}\n{label}", ha="center", va="center",
+                fontsize=9)
+    ax.set_xlim(-0.1, cols + 0.1)
+    ax.set_ylim(-0.1, rows + 0.1)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title, fontsize=10)
+
+
+def _rect(xy, color):
+    from matplotlib.patches import FancyBboxPatch
+
+    return FancyBboxPatch((xy[0] + 0.06, xy[1] + 0.06), 0.88, 0.88,
+                          boxstyle="round,pad=0.02", facecolor=color, edgecolor="#374151")
+
+
+def _grid(chips: int, topology_shape: tuple[int, ...] | None) -> tuple[int, int]:
+    if topology_shape:
+        dims = [d for d in topology_shape if d > 1] or [1]
+        if len(dims) >= 2 and dims[0] * dims[1] == chips:
+            return dims[0], dims[1]
+    return 1, chips
+
+
+def _memory_axes(ax, weights, activations, capacity: int | None, title: str) -> None:
+    chips = range(len(weights))
+    unit, name = (GiB, "GiB") if max(weights) + max(activations) >= GiB / 8 or capacity else (
+        1024, "KiB")
+    ax.bar(chips, [w / unit for w in weights], color="#2563eb", label="weights")
+    if any(activations):
+        ax.bar(chips, [a / unit for a in activations], bottom=[w / unit for w in weights],
+               color="#93c5fd", label="activations (estimate)")
+    if capacity:
+        ax.axhline(capacity / unit, color="#dc2626", linestyle="--",
+                   label=f"HBM {format_bytes(capacity)}")
+    for c in chips:
+        used = weights[c] + activations[c]
+        ax.annotate(format_bytes(used), ((c), used / unit), ha="center", va="bottom",
+                    fontsize=8, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(list(chips), [f"chip {c}" for c in chips])
+    ax.set_ylabel(name)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+
+
+def figure(obj):
+    """The mesh and per-chip memory of a Plan or MeshRun, the mesh and bytes per chip of a
+    model layout, or a tensor's shard picture and bytes per chip."""
+    if isinstance(obj, ModelLayout):
+        obj = LayoutView(obj)
+    if not hasattr(obj, "layout") and not isinstance(obj, (ShardingView, LayoutView)):
+        obj = view(obj)
+    fig, (left, right) = _new_figure()
+    if isinstance(obj, ShardingView):
+        _tensor_axes(left, obj)
+        per = obj.info.bytes_per_chip
+        _memory_axes(right, per, (0,) * len(per), None, "bytes per chip")
+        return fig
+    layout = obj.layout
+    gen = getattr(obj, "generation", None)
+    shape = gen.topologies.get(layout.chips) if gen else None
+    if hasattr(obj, "activation_bytes"):
+        weights, acts = obj.weight_bytes_per_chip, (obj.activation_bytes,) * layout.chips
+    else:
+        weights = getattr(obj, "shard_bytes_per_chip", layout.bytes_per_chip)
+        acts = (0,) * layout.chips
+    labels = [format_bytes(w + a) for w, a in zip(weights, acts, strict=True)]
+    _mesh_axes(left, labels, _grid(layout.chips, shape),
+               f"{layout.model}: {layout.chips} chips" + (f" (TPU {gen.name})" if gen else ""))
+    _memory_axes(right, weights, acts, gen.hbm_per_device if gen else None,
+                 "HBM per chip" if gen else "bytes per chip")
+    return fig
+
+
+def _tensor_axes(ax, v: ShardingView) -> None:
+    import numpy as np
+
+    dims, rows, cols, cells = blocks(v.info)
+    heights = [r1 - r0 for r0, r1 in rows]
+    widths = [c1 - c0 for c0, c1 in cols]
+    y = float(sum(heights))
+    for r, h in enumerate(heights):
+        y -= h
+        x = 0.0
+        for c, w in enumerate(widths):
+            holders = cells[r][c]
+            color = CHIP_COLORS[holders[0] % len(CHIP_COLORS)] if len(holders) == 1 else "#e5e7eb"
+            ax.add_patch(_block((x, y), w, h, color))
+            label = f"chip {holders[0]}" if len(holders) == 1 else f"{len(holders)} chips"
+            ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=8)
+            x += w
+    ax.set_xlim(0, max(sum(widths), 1))
+    ax.set_ylim(0, max(sum(heights), 1))
+    ax.set_xticks(np.cumsum([0, *widths]))
+    ax.set_yticks(np.cumsum([0, *heights]))
+    ax.set_xlabel(f"dim {dims[-1]}" if dims else "")
+    ax.set_ylabel(f"dim {dims[0]}" if len(dims) == 2 else "")
+    ax.set_title(f"{v.name}: {', '.join(v.info.placements)}", fontsize=10)
+
+
+def _block(xy, w, h, color):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle(xy, w, h, facecolor=color, edgecolor="white", linewidth=1.5)

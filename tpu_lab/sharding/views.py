@@ -1,0 +1,425 @@
+"""Pictures of sharding, as text and HTML from the same data: a tensor's shards on the mesh
+(any rank), a model's placement table sorted by bytes, per-chip HBM bars against capacity."""
+
+from __future__ import annotations
+
+import textwrap
+
+import torch
+
+from ..views.base import View, clip, esc, terminal_width
+from .info import (
+    ModelLayout,
+    ShardingError,
+    ShardingInfo,
+    dtype_name,
+    format_box,
+    format_bytes,
+    model_layout,
+    sharding_info,
+)
+
+#: One colour per chip in HTML (cycled past 10 chips); cells held by several chips are grey.
+CHIP_COLORS = ("#93c5fd", "#fca5a5", "#86efac", "#fcd34d", "#c4b5fd", "#f9a8d4", "#5eead4",
+               "#fdba74", "#a5b4fc", "#bef264")
+_STYLE = ("font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px;"
+          "border-collapse:collapse")
+_TD = "padding:2px 6px"
+
+
+def _shape(shape) -> str:
+    return " x ".join(map(str, shape)) if shape else "scalar"
+
+
+def _chips_label(chips: list[int], total: int) -> str:
+    if len(chips) == total and total > 1:
+        return f"all {total} chips"
+    if len(chips) > 2 and chips == list(range(chips[0], chips[-1] + 1)):
+        return f"chips {chips[0]}-{chips[-1]}"
+    return ("chip " if len(chips) == 1 else "chips ") + ",".join(map(str, chips))
+
+
+def _mesh_text(info: ShardingInfo) -> str:
+    return " x ".join(f"{n}={s}" for n, s in zip(info.mesh_axis_names, info.mesh_shape,
+                                                 strict=True))
+
+
+def picture_dims(info: ShardingInfo) -> tuple[int, ...]:
+    """The (at most two) tensor dims the block picture draws: the sharded ones first."""
+    if info.ndim <= 2:
+        return tuple(range(info.ndim))
+    dims = list(info.sharded_dims[:2])
+    for d in sorted(range(info.ndim), key=lambda d: -info.global_shape[d]):
+        if len(dims) < 2 and d not in dims:
+            dims.append(d)
+    return tuple(sorted(dims))
+
+
+def blocks(info: ShardingInfo) -> tuple[tuple[int, ...], list, list, list[list[list[int]]]]:
+    """The block picture: (dims, row cuts, column cuts, chips holding each cell)."""
+    dims = picture_dims(info)
+    cuts = []
+    for d in dims:
+        edges = {0, info.global_shape[d]}
+        for boxes in info.slices:
+            for box in boxes:
+                edges |= {box[d].start, box[d].stop}
+        e = sorted(edges)
+        cuts.append(list(zip(e[:-1], e[1:], strict=True)))
+    rows = cuts[0] if len(dims) == 2 else [(0, 1)]
+    cols = cuts[-1] if dims else [(0, 1)]
+    cells = []
+    for r0, r1 in rows:
+        line = []
+        for c0, c1 in cols:
+            holders = []
+            for chip, boxes in enumerate(info.slices):
+                for box in boxes:
+                    ok_r = len(dims) < 2 or (box[dims[0]].start <= r0 and r1 <= box[dims[0]].stop)
+                    ok_c = not dims or (box[dims[-1]].start <= c0 and c1 <= box[dims[-1]].stop)
+                    if ok_r and ok_c:
+                        holders.append(chip)
+                        break
+            line.append(holders)
+        cells.append(line)
+    return dims, rows, cols, cells
+
+
+class ShardingView(View):
+    """A tensor's shards on the mesh: per-chip slice table and a block picture of two dims."""
+
+    def __init__(self, info: ShardingInfo, name: str | None = None) -> None:
+        self.info = info
+        self.name = name or "tensor"
+
+    def _head(self) -> str:
+        i = self.info
+        return (f"{self.name}: {dtype_name(i.dtype)}[{', '.join(map(str, i.global_shape))}] "
+                f"on mesh {_mesh_text(i)}, {', '.join(i.placements)}; "
+                f"{format_bytes(i.global_bytes)} in all")
+
+    def _caption(self, dims) -> str:
+        i = self.info
+        if not dims:
+            return "scalar: every chip holds it"
+        names = [f"dim {d} ({i.global_shape[d]})" for d in dims]
+        text = "picture: " + (" rows x ".join(names) + " columns" if len(dims) == 2
+                              else names[0] + " left to right")
+        hidden = [d for d in range(i.ndim) if d not in dims]
+        split = [d for d in hidden if d in i.sharded_dims]
+        if hidden:
+            text += f"; not drawn: dim {', '.join(map(str, hidden))}"
+            text += f" (split too: {', '.join(map(str, split))})" if split else " (whole)"
+        return text
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        i = self.info
+        lines = [clip(self._head(), width), "  chip  mesh      local shape   bytes       slices"]
+        for chip in range(i.chips):
+            coord = ",".join(map(str, i.coordinate(chip)))
+            row = (f"  {chip:>4}  ({coord}){'':<{max(7 - len(coord), 0)}} "
+                   f"{_shape(i.local_shape(chip)):<13} {format_bytes(i.bytes_per_chip[chip]):<11} "
+                   + " ".join(format_box(b) for b in i.slices[chip]))
+            lines.append(clip(row, width))
+        dims, rows, cols, cells = blocks(i)
+        lines.append(clip(self._caption(dims), width))
+        lines += _grid_text(i, dims, rows, cols, cells, width)
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        i = self.info
+        body = "".join(
+            f"<tr><td style='{_TD}'>{chip}</td><td style='{_TD}'>"
+            f"({esc(','.join(map(str, i.coordinate(chip))))})</td>"
+            f"<td style='{_TD}'>{esc(_shape(i.local_shape(chip)))}</td>"
+            f"<td style='{_TD}'>{esc(format_bytes(i.bytes_per_chip[chip]))}</td>"
+            f"<td style='{_TD}'>{esc(' '.join(format_box(b) for b in i.slices[chip]))}</td></tr>"
+            for chip in range(i.chips)
+        )
+        dims, rows, cols, cells = blocks(i)
+        return (
+            f"<div><b>{esc(self._head())}</b><table style='{_STYLE}'><thead><tr>"
+            + "".join(f"<th style='{_TD};text-align:left'>{h}</th>"
+                      for h in ("chip", "mesh", "local shape", "bytes", "slices"))
+            + f"</tr></thead><tbody>{body}</tbody></table>"
+            f"<div style='color:#6b7280;margin:4px 0'>{esc(self._caption(dims))}</div>"
+            + _grid_html(i, rows, cols, cells) + "</div>"
+        )
+
+    def figure(self):
+        from .figures import figure
+
+        return figure(self)
+
+
+def _grid_text(info, dims, rows, cols, cells, width) -> list[str]:
+    room = max(min(width - 16, 72), 8)
+    total = sum(c1 - c0 for c0, c1 in cols) or 1
+    labels = [[_chips_label(h, info.chips) for h in line] for line in cells]
+    widths = []
+    for j, (c0, c1) in enumerate(cols):
+        need = max(len(labels[r][j]) for r in range(len(rows))) + 2
+        widths.append(max(need, round(room * (c1 - c0) / total)))
+    out = ["┌" + "┬".join("─" * w for w in widths) + "┐"]
+    shown = rows if len(rows) <= 32 else rows[:31]
+    for r, (r0, r1) in enumerate(shown):
+        cells_text = "│".join(f" {labels[r][j]:<{w - 1}}" for j, w in enumerate(widths))
+        tag = f" {r0}:{r1}" if len(dims) == 2 else ""
+        out.append(f"│{cells_text}│{tag}")
+        out.append(("├" + "┼".join("─" * w for w in widths) + "┤") if r < len(shown) - 1
+                   else "└" + "┴".join("─" * w for w in widths) + "┘")
+    if len(shown) < len(rows):
+        out.append(f"… {len(rows) - len(shown)} more row blocks")
+    if len(cols) > 1:
+        out.append(" " + "  ".join(f"{f'{c0}:{c1}':<{w - 1}}" for (c0, c1), w in
+                                   zip(cols, widths, strict=True)))
+    return [clip(line.rstrip(), width) for line in out]
+
+
+def _grid_html(info, rows, cols, cells) -> str:
+    total = sum(c1 - c0 for c0, c1 in cols) or 1
+    trs = []
+    for r, (r0, r1) in enumerate(rows):
+        tds = []
+        for j, (c0, c1) in enumerate(cols):
+            holders = cells[r][j]
+            color = CHIP_COLORS[holders[0] % len(CHIP_COLORS)] if len(holders) == 1 else "#e5e7eb"
+            tds.append(
+                f"<td title='{esc(f'[{r0}:{r1}, {c0}:{c1}]')}' style='background:{color};"
+                f"width:{100 * (c1 - c0) / total:.1f}%;border:1px solid #fff;padding:4px;"
+                f"text-align:center'>{esc(_chips_label(holders, info.chips))}</td>"
+            )
+        trs.append("<tr>" + "".join(tds) + "</tr>")
+    return f"<table style='{_STYLE};width:480px;table-layout:fixed'>{''.join(trs)}</table>"
+
+
+def _per_chip(values) -> str:
+    lo, hi = min(values), max(values)
+    return format_bytes(lo) if lo == hi else f"{format_bytes(lo)}-{format_bytes(hi)}"
+
+
+def _middle(name: str, width: int) -> str:
+    """``name`` cut in the middle to ``width`` characters: its start and its end stay."""
+    if len(name) <= width:
+        return name
+    head = (width - 1) // 3
+    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+
+
+class LayoutView(View):
+    """Every parameter and buffer of a model: placement and bytes per chip, heaviest first."""
+
+    def __init__(self, layout: ModelLayout, limit: int = 25, title: str | None = None) -> None:
+        self.layout = layout
+        self.limit = limit
+        self.title = title
+
+    def _head(self) -> str:
+        lay = self.layout
+        mesh = " x ".join(f"{n}={s}" for n, s in zip(lay.mesh_axis_names, lay.mesh_shape,
+                                                    strict=True))
+        return (self.title or f"{lay.model} on {lay.chips} chip{'s' * (lay.chips != 1)} "
+                f"(mesh {mesh})") + (f": {len(lay.entries)} tensors, "
+                                     f"{format_bytes(lay.global_bytes)} unsharded, "
+                                     f"{_per_chip(lay.bytes_per_chip)} per chip")
+
+    def _rows(self):
+        for e in self.layout.by_bytes()[: self.limit]:
+            yield (e.name + (f" (= {', '.join(e.aliases)})" if e.aliases else ""),
+                   _shape(e.info.global_shape), dtype_name(e.info.dtype), e.placement,
+                   e.style or "", _per_chip(e.info.bytes_per_chip))
+
+    def _rest(self) -> str | None:
+        rest = self.layout.by_bytes()[self.limit:]
+        if not rest:
+            return None
+        per = [sum(e.info.bytes_per_chip[c] for e in rest) for c in range(self.layout.chips)]
+        return f"… {len(rest)} more tensors, {_per_chip(per)} per chip"
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        rows = list(self._rows())
+        heads = ("shape", "dtype", "placement", "style", "per chip")
+        cols = [max([len(h)] + [len(r[k + 1]) for r in rows]) for k, h in enumerate(heads)]
+        name_w = max(min(max([6] + [len(r[0]) for r in rows]), width - sum(cols) - 7), 12)
+        widths = (name_w, *cols)
+
+        def fmt(values) -> str:
+            return "  " + " ".join(f"{v:{a}{w}}" for v, a, w in zip(values, "<><<<>", widths,
+                                                                       strict=True))
+
+        lines = [*_wrap([self._head()], width), fmt(("tensor", *heads)).rstrip()]
+        for r in rows:
+            lines.append(fmt((_middle(r[0], name_w), *r[1:])).rstrip())
+        if (rest := self._rest()) is not None:
+            lines.append("  " + rest)
+        return "\n".join(clip(line, width) for line in lines)
+
+    def to_html(self) -> str:
+        heads = ("tensor", "shape", "dtype", "placement", "style", "per chip")
+        body = "".join(
+            "<tr style='border-top:1px solid #e5e7eb'>"
+            + "".join(f"<td style='{_TD}{';text-align:right' * (k == 5)}'>{esc(v)}</td>"
+                      for k, v in enumerate(r)) + "</tr>"
+            for r in self._rows()
+        )
+        rest = self._rest()
+        if rest is not None:
+            body += f"<tr><td colspan='6' style='{_TD};color:#6b7280'>{esc(rest)}</td></tr>"
+        return (f"<div><b>{esc(self._head())}</b><table style='{_STYLE}'><thead><tr>"
+                + "".join(f"<th style='{_TD};text-align:left'>{h}</th>" for h in heads)
+                + f"</tr></thead><tbody>{body}</tbody></table></div>")
+
+    def figure(self):
+        from .figures import figure
+
+        return figure(self)
+
+
+class MemoryView(View):
+    """Per-chip HBM bars: weights, the activation estimate, free, against capacity."""
+
+    def __init__(self, weights, activations, capacity: int, title: str) -> None:
+        self.weights = tuple(weights)
+        self.activations = tuple(activations)
+        self.capacity = capacity
+        self.title = title
+
+    def _pct(self, used: int) -> str:
+        p = 100 * used / self.capacity
+        return f"{p:.0f}%" if p >= 1 or p == 0 else "<1%"
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        bar = max(min(width - 56, 40), 10)
+        lines = [clip(f"{self.title}: {format_bytes(self.capacity)} per chip "
+                      "(█ weights, ▒ activations, ░ free)", width)]
+        for chip, (w, a) in enumerate(zip(self.weights, self.activations, strict=True)):
+            used = w + a
+            nw = min(round(bar * w / self.capacity), bar)
+            na = min(round(bar * a / self.capacity), bar - nw)
+            over = " OVER" if used > self.capacity else ""
+            lines.append(clip(f"  chip {chip:<3}│{'█' * nw}{'▒' * na}{'░' * (bar - nw - na)}│ "
+                              f"{format_bytes(used)} ({self._pct(used)}){over}", width))
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        rows = []
+        for chip, (w, a) in enumerate(zip(self.weights, self.activations, strict=True)):
+            used = w + a
+            pw, pa = (min(100 * x / self.capacity, 100) for x in (w, a))
+            color = "#dc2626" if used > self.capacity else "#2563eb"
+            rows.append(
+                f"<div style='display:flex;align-items:center;gap:6px;margin:2px 0'>"
+                f"<span style='width:56px'>chip {chip}</span><div style='width:320px;height:12px;"
+                f"background:#e5e7eb;display:flex'><div style='width:{pw:.2f}%;background:{color}'>"
+                f"</div><div style='width:{min(pa, 100 - pw):.2f}%;background:#93c5fd'></div>"
+                f"</div><span>{esc(format_bytes(used))} ({esc(self._pct(used))})</span></div>"
+            )
+        return (f"<div style='{_STYLE}'><b>{esc(self.title)}</b>: "
+                f"{esc(format_bytes(self.capacity))} per chip (dark: weights, light: activations, "
+                f"grey: free){''.join(rows)}</div>")
+
+
+def memory_view(obj) -> MemoryView:
+    """The HBM bars of a Plan (weights + activation estimate) or a MeshRun (real shards)."""
+    if hasattr(obj, "activation_bytes"):
+        acts = (obj.activation_bytes,) * obj.chips
+        title = f"HBM, TPU {obj.generation.name}"
+        return MemoryView(obj.weight_bytes_per_chip, acts, obj.hbm_per_chip, title)
+    return MemoryView(obj.shard_bytes_per_chip, (0,) * obj.chips, obj.hbm_per_chip,
+                      f"HBM, TPU {obj.generation.name} (real shards)")
+
+
+def _plan_facts(p) -> list[str]:
+    topo = f" ({p.topology})" if p.topology else ""
+    verdict = "fits" if p.fits else "does NOT fit"
+    facts = [
+        f"Plan: {p.model} ({p.source}), tensor parallel over {p.chips} chips of TPU "
+        f"{p.generation.name}{topo}, {dtype_name(p.dtype)} weights",
+        f"{verdict}: up to {format_bytes(max(p.bytes_per_chip))} of "
+        f"{format_bytes(p.hbm_per_chip)} HBM per chip",
+        f"weights: {_per_chip(p.weight_bytes_per_chip)} per chip "
+        f"({format_bytes(p.layout.global_bytes)} unsharded)",
+    ]
+    if p.activations:
+        parts = ", ".join(f"{what} {format_bytes(n)}" for what, n in p.activations)
+        facts.append(f"activations (estimate, batch {p.batch} x seq {p.seq}): "
+                     f"{format_bytes(p.activation_bytes)} per chip = {parts}")
+    return facts + [f"note: {n}" for n in p.notes]
+
+
+def _wrap(facts: list[str], width: int) -> list[str]:
+    return [line for f in facts for line in textwrap.wrap(f, width, subsequent_indent="  ")]
+
+
+def plan_text(p, width: int | None = None) -> str:
+    width = terminal_width(width)
+    lines = _wrap(_plan_facts(p), width)
+    return "\n".join([*lines, memory_view(p).to_text(width), LayoutView(p.layout).to_text(width)])
+
+
+def _facts_html(facts: list[str], ok: bool) -> str:
+    color = "#16a34a" if ok else "#dc2626"
+    return "".join(f"<div style='{_STYLE}{f';color:{color};font-weight:600' * (k == 1)}'>"
+                   f"{esc(f)}</div>" for k, f in enumerate(facts))
+
+
+def plan_html(p) -> str:
+    facts = _facts_html(_plan_facts(p), p.fits)
+    return f"<div>{facts}{memory_view(p).to_html()}{LayoutView(p.layout).to_html()}</div>"
+
+
+def _run_facts(r) -> list[str]:
+    comms = ", ".join(f"{name} x{n}" for name, n in r.comms) or "none"
+    verdict = "equal within" if r.matches else "DIFFERENT beyond"
+    return [
+        f"Simulated mesh: {r.model}, tensor parallel over {r.chips} chips "
+        "(one process, CPU shards, LocalTensorMode)",
+        f"output vs unsharded: max |diff| {r.max_abs_diff:.3g}, {verdict} rtol {r.rtol:g} "
+        f"atol {r.atol:g} on every chip",
+        f"communication in the forward: {comms}",
+        f"real shards per chip: {', '.join(format_bytes(b) for b in r.shard_bytes_per_chip)}",
+    ]
+
+
+def run_text(r, width: int | None = None) -> str:
+    width = terminal_width(width)
+    lines = _wrap(_run_facts(r), width)
+    return "\n".join([*lines, memory_view(r).to_text(width), LayoutView(r.layout).to_text(width)])
+
+
+def run_html(r) -> str:
+    facts = _facts_html(_run_facts(r), r.matches)
+    return f"<div>{facts}{memory_view(r).to_html()}{LayoutView(r.layout).to_html()}</div>"
+
+
+def view(obj, name: str | None = None) -> View:
+    """The picture of ``obj``: a tensor or DTensor (its shards), a ShardingInfo, a module or a
+    ModelLayout (the placement table), a Plan or a MeshRun (themselves)."""
+    if isinstance(obj, View):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return ShardingView(sharding_info(obj), name)
+    if isinstance(obj, ShardingInfo):
+        return ShardingView(obj, name)
+    if isinstance(obj, torch.nn.Module):
+        return LayoutView(model_layout(obj))
+    if isinstance(obj, ModelLayout):
+        return LayoutView(obj)
+    raise ShardingError(
+        f"Cannot draw the sharding of a {type(obj).__name__}: pass a tensor or DTensor, an "
+        "nn.Module, a ShardingInfo, a ModelLayout or a Plan."
+    )
+
+
+def figure(obj):
+    """A matplotlib figure of the mesh and per-chip memory of a Plan, MeshRun, model layout
+    or tensor (needs matplotlib)."""
+    from .figures import figure as _figure
+
+    return _figure(obj)
+
+
+__all__ = ["LayoutView", "MemoryView", "ShardingView", "figure", "memory_view", "view"]
