@@ -173,3 +173,15 @@ def test_bad_inputs_say_what_to_pass(tmp_path):
     with pytest.raises(ShardingError, match="MLP has no tensor-parallel plan"):
         plan(bare, chips=4)
     assert plan(bare, chips=1).layout.bytes_per_chip == ((16 * 32 * 2 + 32 + 16) * 4,)
+
+
+def test_a_diffusers_pipeline_directory_plans_its_transformer(tmp_path):
+    import json
+
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    (tmp_path / "transformer" / "config.json").write_text(json.dumps(FLUX))
+    p = plan(str(tmp_path), chips=2)
+    assert p.model == "FluxTransformer2DModel"
+    assert p.source == str(tmp_path / "transformer")
+    assert p.layout == plan(FLUX, chips=2).layout
