@@ -185,3 +185,14 @@ def test_a_diffusers_pipeline_directory_plans_its_transformer(tmp_path):
     assert p.model == "FluxTransformer2DModel"
     assert p.source == str(tmp_path / "transformer")
     assert p.layout == plan(FLUX, chips=2).layout
+
+
+def test_torch_parallel_style_objects_plan_like_their_names():
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    with torch.device("meta"):
+        model = MLP(16, 32)
+    named = plan(model, chips=2, tp_plan={"up": "colwise", "down": "rowwise"}).layout
+    styled = plan(model, chips=2, tp_plan={"up": ColwiseParallel(), "down": RowwiseParallel()})
+    assert [e.info for e in styled.layout.entries] == [e.info for e in named.entries]
+    assert styled.layout["up.weight"].style == "ColwiseParallel"

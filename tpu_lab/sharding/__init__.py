@@ -28,7 +28,6 @@ __all__ = [
     "ShardingInfo",
     "SimulatedMesh",
     "TensorLayout",
-    "cluster",
     "figure",
     "layout_info",
     "model_layout",

@@ -47,11 +47,12 @@ def _grid(chips: int, topology_shape: tuple[int, ...] | None) -> tuple[int, int]
     return 1, chips
 
 
-def _memory_axes(ax, weights, activations, capacity: int | None, title: str) -> None:
+def _memory_axes(ax, weights, activations, capacity: int | None, title: str,
+                 label: str = "weights") -> None:
     chips = range(len(weights))
     unit, name = (GiB, "GiB") if max(weights) + max(activations) >= GiB / 8 or capacity else (
         1024, "KiB")
-    ax.bar(chips, [w / unit for w in weights], color="#2563eb", label="weights")
+    ax.bar(chips, [w / unit for w in weights], color="#2563eb", label=label)
     if any(activations):
         ax.bar(chips, [a / unit for a in activations], bottom=[w / unit for w in weights],
                color="#93c5fd", label="activations (estimate)")
@@ -65,7 +66,8 @@ def _memory_axes(ax, weights, activations, capacity: int | None, title: str) -> 
     ax.set_xticks(list(chips), [f"chip {c}" for c in chips])
     ax.set_ylabel(name)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.margins(y=0.2)
+    ax.legend(fontsize=8, loc="upper left")
 
 
 def figure(obj):
@@ -79,7 +81,7 @@ def figure(obj):
     if isinstance(obj, ShardingView):
         _tensor_axes(left, obj)
         per = obj.info.bytes_per_chip
-        _memory_axes(right, per, (0,) * len(per), None, "bytes per chip")
+        _memory_axes(right, per, (0,) * len(per), None, "bytes per chip", label="shard")
         return fig
     layout = obj.layout
     gen = getattr(obj, "generation", None)
@@ -103,9 +105,8 @@ def _tensor_axes(ax, v: ShardingView) -> None:
     dims, rows, cols, cells = blocks(v.info)
     heights = [r1 - r0 for r0, r1 in rows]
     widths = [c1 - c0 for c0, c1 in cols]
-    y = float(sum(heights))
+    y = 0.0
     for r, h in enumerate(heights):
-        y -= h
         x = 0.0
         for c, w in enumerate(widths):
             holders = cells[r][c]
@@ -114,8 +115,9 @@ def _tensor_axes(ax, v: ShardingView) -> None:
             label = f"chip {holders[0]}" if len(holders) == 1 else f"{len(holders)} chips"
             ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=8)
             x += w
+        y += h
     ax.set_xlim(0, max(sum(widths), 1))
-    ax.set_ylim(0, max(sum(heights), 1))
+    ax.set_ylim(max(sum(heights), 1), 0)  # row 0 on top, like a printed matrix
     ax.set_xticks(np.cumsum([0, *widths]))
     ax.set_yticks(np.cumsum([0, *heights]))
     ax.set_xlabel(f"dim {dims[-1]}" if dims else "")
