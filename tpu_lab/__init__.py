@@ -24,6 +24,7 @@ __all__ = [
     "event_log",
     "explain",
     "load_ipython_extension",
+    "preview",
     "status",
     "timed",
     "use_topology",
@@ -66,6 +67,10 @@ def __getattr__(name: str):
         from .timing import timed
 
         return timed
+    if name == "preview":
+        from .media import preview
+
+        return preview
     raise AttributeError(f"module 'tpu_lab' has no attribute '{name}'")
 
 

@@ -106,12 +106,7 @@ def reset() -> list[str]:
     stats = backend().cache_stats()
     torch.tpu._clear_cache()
     torch._dynamo.reset()
-    dynamo = events._dynamo
-    dynamo._recompiles.clear()
-    dynamo._cost.clear()
-    kept = len(events.log.events())  # reading collects compilations Dynamo still holds
-    dropped = events.log.dropped
-    events.log.clear()
+    kept, dropped = events.reset()
     return [
         f"eager compile cache (DEFER_AND_FUSE): {stats['misses']} compiled graph(s) dropped, "
         f"statistics ({stats['requests']} requests, {stats['hits']} hits) set to 0",

@@ -428,10 +428,7 @@ class TpuMagics(Magics):
         from . import explain
 
         with _shown_as_usage_errors():
-            try:
-                view = explain(args.seq)
-            except ValueError as exc:  # an event of a kind that has no explanation
-                raise UsageError(str(exc)) from None
+            view = explain(args.seq)
         display(view)
 
     def _recompiles(self, args, cell):
@@ -608,19 +605,13 @@ def _completer(shell, event) -> list[str]:
     return completions(event.text_until_cursor, list(shell.user_ns))
 
 
-def _collect_compilations(result) -> None:
-    """After each cell: compilations Dynamo recorded lazily become events of *that* cell."""
-    from .events import log
-
-    log.pull()
-
-
 def register(shell) -> None:
-    """Register ``%tpu``/``%%tpu``, their tab completion, and the collection of each cell's
-    compilations with ``shell`` (idempotent)."""
+    """Register ``%tpu``/``%%tpu`` and their tab completion with ``shell`` (idempotent)."""
     if "TpuMagics" in shell.magics_manager.registry:
         return
     shell.register_magics(TpuMagics)
     for key in ("%tpu", "%%tpu"):
         shell.set_hook("complete_command", _completer, str_key=key)
-    shell.events.register("post_run_cell", _collect_compilations)
+    from .events.context import follow
+
+    follow(shell)  # cell numbers for events, and each cell's compilations when it ends

@@ -16,7 +16,16 @@ from .dynamo import STORM, DynamoCollector
 from .explain import Explanation, explain_guard
 from .log import KINDS, Event, EventLog
 
-__all__ = ["KINDS", "Event", "EventLog", "Explanation", "explain_guard", "install", "log"]
+__all__ = [
+    "KINDS",
+    "Event",
+    "EventLog",
+    "Explanation",
+    "explain_guard",
+    "install",
+    "log",
+    "reset",
+]
 
 #: Environment variable: ``0`` disables recording (read once, at install).
 EVENTS_ENV = "TPU_LAB_EVENTS"
@@ -24,6 +33,17 @@ EVENTS_ENV = "TPU_LAB_EVENTS"
 log = EventLog()
 log.cell = ipython_cell
 _dynamo = DynamoCollector(log)
+
+
+def reset() -> tuple[int, int]:
+    """Clear the log and what the collectors remember (recompile counts, compile cost per call
+    site, cache misses per sync point). Returns the events cleared and those dropped before."""
+    kept = len(log.events())  # reading first collects compilations Dynamo still holds
+    dropped = log.dropped
+    log.clear()
+    _dynamo.reset()
+    _misses_at.clear()
+    return kept, dropped
 
 
 def _on_device(kind: str, data: dict) -> None:

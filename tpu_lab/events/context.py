@@ -31,29 +31,54 @@ def _is_library(filename: str) -> bool:
 def user_frame(skip: int = 1) -> str | None:
     """``file:line`` of the innermost frame outside torch, tpu_lab and installed packages.
 
-    In a notebook that is the cell's line (IPython names cell files ``<ipython-input-...>`` or
-    ``/tmp/ipykernel_*/*.py``).
+    In IPython that is ``In[N]:line``, the cell's number as IPython shows it, never the
+    temporary file IPython compiled the cell from (a machine path that means nothing to a reader).
     """
     frame = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not _is_library(filename):
-            return f"{filename}:{frame.f_lineno}"
+            return location(filename, frame.f_lineno)
         frame = frame.f_back
     return None
+
+
+def location(filename: str, line: int) -> str:
+    """``file:line``, or ``In[N]:line`` when ``filename`` is an IPython cell."""
+    cell = _cell_of_file(filename)
+    return f"{filename}:{line}" if cell is None else f"In[{cell}]:{line}"
+
+
+def _cell_of_file(filename: str) -> int | None:
+    """The cell number IPython compiled ``filename`` from, if it is a cell's file."""
+    shell_module = sys.modules.get("IPython")
+    shell = shell_module.get_ipython() if shell_module is not None else None
+    if shell is None:
+        return None
+    return getattr(shell.compile, "_filename_map", {}).get(filename)
 
 
 _cell: dict[int, int] = {}  # id(shell) -> the running cell's number
 
 
-def _watch(shell) -> None:
-    """Remember each cell's number as it starts (IPython has already counted it then)."""
+def follow(shell) -> None:
+    """Follow ``shell``'s cells (idempotent): remember each cell's number as it starts (IPython
+    has already counted it then), and collect its compilations when it ends."""
+    if id(shell) in _cell:
+        return
 
     def pre_run_cell(info) -> None:
         count = shell.execution_count
         _cell[id(shell)] = count - 1 if info.store_history else count
 
+    def post_run_cell(result) -> None:
+        # compilations Dynamo recorded lazily at the end of the cell become events of *that* cell
+        from . import log
+
+        log.pull()
+
     shell.events.register("pre_run_cell", pre_run_cell)
+    shell.events.register("post_run_cell", post_run_cell)
     # the cell running now started before the hook existed: as a notebook cell, it was counted
     _cell[id(shell)] = shell.execution_count - 1
 
@@ -66,6 +91,5 @@ def ipython_cell() -> int | None:
     shell = shell_module.get_ipython()
     if shell is None:
         return None
-    if id(shell) not in _cell:
-        _watch(shell)
+    follow(shell)
     return _cell[id(shell)]

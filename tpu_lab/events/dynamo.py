@@ -11,7 +11,7 @@ import re
 import threading
 from collections import Counter
 
-from .context import user_frame
+from .context import location, user_frame
 from .explain import explain_guard
 from .log import EventLog
 
@@ -28,6 +28,13 @@ class DynamoCollector:
         self._recompiles: Counter[str] = Counter()
         self._cost: Counter[str] = Counter()
         self.installed = False
+
+    def reset(self) -> None:
+        """Forget recompile counts and compile cost per call site (after a Dynamo reset)."""
+        with self._lock:
+            self._sites.clear()
+            self._recompiles.clear()
+            self._cost.clear()
 
     def install(self) -> None:
         """Register with Dynamo (imports it: call when torch.compile is used)."""
@@ -69,7 +76,7 @@ class DynamoCollector:
 
     def _record(self, m) -> None:
         compile_id = str(m.compile_id)
-        function = f"{m.co_name} ({m.co_filename}:{m.co_firstlineno})"
+        function = f"{m.co_name} ({location(m.co_filename, m.co_firstlineno)})"
         site = self._sites.pop(compile_id, None)
         seconds = float(m.entire_frame_compile_time_s or 0.0)
         key = site or function

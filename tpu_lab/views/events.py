@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 
+from ..errors import TpuLabError
 from ..events import Event
 from .base import View, clip, esc, terminal_width
 
@@ -90,7 +91,7 @@ class ExplanationView(View):
 
     def __init__(self, event: Event) -> None:
         if event.kind not in ("recompile", "cache_miss"):
-            raise ValueError(
+            raise TpuLabError(
                 f"Event {event.seq} is a {event.kind!r} event; only recompile and cache_miss "
                 "events have an explanation. List them with "
                 "tpu_lab.event_log('recompile') or tpu_lab.event_log('cache_miss')."
