@@ -1,5 +1,6 @@
 """Tiny models built from configs (nothing is downloaded), saved so that the real
-``from_pretrained`` path loads them: for the tour, the benchmarks and the notebooks."""
+``from_pretrained`` path loads them: for the tour, the benchmarks and the notebooks; and the
+embedded digits model (``digits_pipeline``), trained here and shipped in the package."""
 
 from __future__ import annotations
 
@@ -28,3 +29,12 @@ def save_tiny_llama(folder: str | Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     LlamaForCausalLM(LlamaConfig(**TINY_LLAMA)).save_pretrained(folder)
     return Path(folder)
+
+
+def digits_pipeline(device: str = "tpu", path: str | Path | None = None):
+    """The embedded handwritten-digits diffusion pipeline (``DigitsPipeline``), loaded with
+    ``from_pretrained`` from the package (or from ``path``) onto ``device``; needs
+    ``pip install 'tpu-lab[hf]'``. ``pipe(class_labels=[7], num_inference_steps=32)``."""
+    from .digits import digits_pipeline as load
+
+    return load(device=device, path=path)
