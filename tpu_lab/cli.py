@@ -18,6 +18,16 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument(
         "--sys-prefix", action="store_true", help="install into this environment, not for the user"
     )
+    demo = sub.add_parser("demo", help="Gradio demo apps on the 'tpu' device")
+    demo_sub = demo.add_subparsers(dest="demo_command", metavar="APP")
+    image = demo_sub.add_parser(
+        "image", help="draw digits with the embedded diffusion model (or --model PATH)"
+    )
+    image.add_argument("--model", metavar="PATH", help="a local diffusers pipeline folder")
+    image.add_argument("--device", default="tpu", help="torch device (default: tpu)")
+    image.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    image.add_argument("--port", type=int, help="port (default: the first free from 7860)")
+    image.add_argument("--share", action="store_true", help="also make a public gradio.live link")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
 
@@ -45,6 +55,17 @@ def main(argv: list[str] | None = None) -> int:
 
         path = install(prefix=args.prefix, user=not args.sys_prefix)
         print(f"Installed the Jupyter kernel {DISPLAY_NAME!r} in {path}")
+        return 0
+    if args.command == "demo" and args.demo_command == "image":
+        from .apps.image import launch
+        from .errors import TpuLabError
+
+        try:
+            launch(args.model, device=args.device, host=args.host, port=args.port,
+                   share=args.share)
+        except TpuLabError as exc:
+            print(f"tpu-lab demo image: {exc}", file=sys.stderr)
+            return 2
         return 0
     parser.print_help(sys.stderr if args.command else sys.stdout)
     return 2 if args.command else 0

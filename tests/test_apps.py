@@ -1,0 +1,182 @@
+"""``tpu-lab demo image``: the Gradio app served on 127.0.0.1 and called with gradio_client.
+
+One server for the module (a free port on 127.0.0.1, closed in ``finally``). Requests return
+the image, the trajectory video (H.264, decoded here to the right frame count and size) and
+the request's events; in compiled mode the first request compiles the UNet and a new batch size
+recompiles it, with the reason. Bad inputs come back as the app's message. Compiled graphs run
+the ATen graph (``TPU_LAB_COMPILE_LOWERING=aten``): compiling with Inductor takes much longer.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+
+import tpu_lab  # noqa: F401  (the "tpu" device)
+
+pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[demo]'")
+pytest.importorskip("gradio_client", reason="gradio_client is missing: pip install 'tpu-lab[demo]'")
+av = pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[video]'")
+
+from gradio_client import Client  # noqa: E402
+from gradio_client.exceptions import AppError  # noqa: E402
+
+from tpu_lab.apps import image as app  # noqa: E402
+from tpu_lab.cli import main  # noqa: E402
+
+DEFAULTS = {"label": 7, "count": 2, "steps": 6, "seed": 0, "guidance": 1, "scale": 8,
+            "mode": app.EAGER}  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+        blocks = None
+        try:
+            blocks = app.launch(port=_free_port(), block=False)
+            yield blocks
+        finally:
+            if blocks is not None:
+                blocks.close()
+                blocks.demo.close()
+            torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server.local_url, verbose=False, download_files=True)
+
+
+def _call(client, **changes):
+    args = {**DEFAULTS, **changes}
+    return client.predict(*args.values(), api_name="/generate")
+
+
+def _frames(path: str) -> tuple[int, tuple[int, int], str]:
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        frames = list(container.decode(stream))
+        return len(frames), (frames[0].width, frames[0].height), stream.codec_context.name
+
+
+def test_binds_localhost_without_share_link(server):
+    assert server.server_name == "127.0.0.1"
+    assert server.local_url.startswith("http://127.0.0.1:")
+    assert server.share_url is None
+
+
+def test_generate_returns_image_video_and_events(client):
+    from PIL import Image
+
+    image, video, html, report = _call(client, count=3, steps=5, scale=8)
+    with Image.open(image) as picture:
+        assert picture.size == (3 * 8 * 8, 8 * 8)
+    count, size, codec = _frames(video if isinstance(video, str) else video["video"])
+    assert codec == "h264" and count == 5  # one frame per step
+    assert size[0] % 2 == 0 and size[1] % 2 == 0 and size[0] > size[1]
+    assert report["mode"] == "eager" and report["counts"]["sync"] >= 5
+    assert "Eager: op by op, nothing compiled." in html
+
+
+def test_compiled_mode_shows_compile_then_recompile_with_reason(client):
+    _, _, html, first = _call(client, mode=app.COMPILED, count=2)
+    assert [e["kind"] for e in first["events"]] == ["compile"]
+    assert first["events"][0]["summary"].startswith("compiled forward in")
+    _, _, _, again = _call(client, mode=app.COMPILED, count=2, seed=5)
+    assert again["events"] == [] and "compile" not in again["counts"]
+    _, _, html, resized = _call(client, mode=app.COMPILED, count=3)
+    assert [e["kind"] for e in resized["events"]] == ["recompile"]
+    event = resized["events"][0]
+    assert event["summary"] == "recompiled forward: argument sample: dimension 0 changed from 2 to 3"
+    assert "size mismatch at index 0. expected 2, actual 3" in event["reason"]
+    assert "dimension 0 changed from 2 to 3" in html
+
+
+def test_defer_and_fuse_reports_cache_statistics(client):
+    _call(client, mode=app.FUSED)
+    _, _, html, report = _call(client, mode=app.FUSED)
+    cache = report["cache"]
+    assert cache["requests"] == cache["hits"] + cache["misses"] > 0
+    assert cache["hits"] > 0
+    assert f"requests {cache['requests']}" in html
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"steps": 0}, "Steps must be a whole number from 1 to 200; got 0."),
+        ({"count": 2.5}, "Images must be a whole number from 1 to 16; got 2.5."),
+        ({"count": 17}, "Images must be a whole number from 1 to 16; got 17."),
+        ({"seed": -1}, "Seed must be a whole number from 0 to 4294967295; got -1."),
+    ],
+)  # fmt: skip
+def test_bad_input_is_answered_with_the_message(client, changes, message):
+    with pytest.raises(AppError) as info:
+        _call(client, **changes)
+    assert str(info.value) == message
+
+
+def test_gradio_checks_the_choices(client):
+    with pytest.raises(AppError, match=r"Value: 12 is not in the list of choices"):
+        _call(client, label=12)
+
+
+def test_check_request_names_the_field():
+    with pytest.raises(app.DemoInputError) as info:
+        app.check_request(3, 1, 32, 0, 40, 8, app.EAGER)
+    assert str(info.value) == "Guidance scale must be a number from 1 to 10; got 40."
+    with pytest.raises(app.DemoInputError) as info:
+        app.check_request(3, 1, 32, 0, 1, 8, "fast")
+    assert str(info.value) == "mode must be one of eager, eager (DEFER_AND_FUSE), compiled; got 'fast'."
+
+
+def test_check_request_accepts_what_the_widgets_send():
+    request = app.check_request("7", 4.0, 32, 0, 1, 16, app.COMPILED)
+    assert request == app.Request(7, 4, 32, 0, 1.0, 16, app.COMPILED)
+
+
+def test_model_path_must_be_a_pipeline_folder(tmp_path):
+    with pytest.raises(tpu_lab.TpuLabError, match="no model_index.json there"):
+        app.load_model(tmp_path)
+
+
+def test_model_path_loads_a_trained_digits_folder(tmp_path):
+    from tpu_lab.models.digits import digits_pipeline
+
+    digits_pipeline(device="cpu").save_pretrained(tmp_path)
+    pipe = app.load_model(tmp_path)
+    assert type(pipe).__name__ == "DigitsPipeline"
+
+
+def test_model_path_rejects_pipelines_without_classes(tmp_path):
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1,
+                       block_out_channels=(8, 8), norm_num_groups=4,
+                       down_block_types=("DownBlock2D", "DownBlock2D"),
+                       up_block_types=("UpBlock2D", "UpBlock2D"))  # fmt: skip
+    DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained(tmp_path)
+    with pytest.raises(tpu_lab.TpuLabError) as info:
+        app.load_model(tmp_path)
+    assert str(info.value) == (
+        f"--model {tmp_path}: DDPMPipeline takes no class_labels or callback_on_step_end; the "
+        "image demo draws with class-conditional pipelines that report their steps "
+        "(DigitsPipeline)."
+    )
+
+
+def test_cli_reports_a_bad_model_path(tmp_path, capsys):
+    assert main(["demo", "image", "--model", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tpu-lab demo image: --model ")
+    assert "no model_index.json there" in err
