@@ -138,6 +138,11 @@ def test_activation_estimate_scales_with_tokens_and_splits_with_the_chips():
     assert four["KV cache"] * 4 == one["KV cache"] == 2 * 2 * 64 * 64 * 4
     assert four["logits (float32)"] == one["logits (float32)"] == 64 * 256 * 4
     assert all(double[k] == 2 * four[k] for k in four)
+    whole_mlp = {f"layers.*.mlp.{m}": "replicate" for m in ("gate_proj", "up_proj", "down_proj")}
+    kept = dict(plan(config, chips=4, batch=2, seq=32, tp_plan=whole_mlp).activations)
+    split = dict(plan(config, chips=4, batch=2, seq=32, tp_plan={}).activations)
+    assert "MLP (one layer)" in split and split["MLP (one layer)"] * 4 == one["MLP (one layer)"]
+    assert kept["MLP (one layer)"] == one["MLP (one layer)"] == 3 * 64 * 128 * 4
     assert plan(config, chips=4).activations == ()
     with pytest.raises(ShardingError, match="Pass both batch and seq"):
         plan(config, chips=4, batch=2)

@@ -34,6 +34,7 @@ KNOWN_STYLES = sorted(
 _QUERY = {"q_proj", "to_q", "add_q_proj", "query", "wq", "q"}
 _KEY_VALUE = {"k_proj", "v_proj", "to_k", "to_v", "add_k_proj", "add_v_proj", "key", "value",
               "wk", "wv", "k", "v"}
+_MLP = ("up_proj", "gate_proj", "gate_up_proj", "fc1", "c_fc", "proj_mlp")
 _FUSED_QKV = {"qkv_proj", "query_key_value", "to_qkv", "c_attn", "Wqkv", "qkv"}
 
 
@@ -326,11 +327,13 @@ def activation_estimate(model, chips: int, batch: int, seq: int, dtype, layout: 
     head_dim = head_dim or hidden // heads
     inter = _cfg(config, "intermediate_size", "ffn_dim", "n_inner") if config else None
     inter = inter or 4 * hidden
-    sharded = {e.name.rsplit(".", 2)[-2] for e in layout.entries
-               if e.style and e.info.placements[0] != "Replicate()"}
-    attn_split = chips if sharded & (_QUERY | _FUSED_QKV) else 1
-    kv_split = chips if sharded & (_KEY_VALUE | _FUSED_QKV) else 1
-    mlp_split = chips if sharded - _QUERY - _KEY_VALUE - _FUSED_QKV else 1
+    split = [e.name.rsplit(".", 1)[0] for e in layout.entries
+             if e.style and e.info.placements[0] != "Replicate()"]
+    atoms = {n.rsplit(".", 1)[-1] for n in split}
+    attn_split = chips if atoms & (_QUERY | _FUSED_QKV) else 1
+    kv_split = chips if atoms & (_KEY_VALUE | _FUSED_QKV) else 1
+    mlp = any(".mlp." in f".{n}." or ".ff" in f".{n}" or n.endswith(_MLP) for n in split)
+    mlp_split = chips if mlp else 1
     out = [
         ("residual stream", 3 * tokens * hidden * b),
         ("attention (one layer, eager scores)",
