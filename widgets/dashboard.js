@@ -28,7 +28,17 @@ const KIND_LABELS = {
   oom: "OOM",
   mode_change: "mode",
 };
-const EXPLAINED = new Set(["recompile", "cache_miss"]);
+const PLURALS = {
+  compile: "compiles",
+  recompile: "recompiles",
+  cache_hit: "cache hits",
+  cache_miss: "cache misses",
+  sync: "syncs",
+  transfer: "transfers",
+  oom: "OOMs",
+  mode_change: "mode changes",
+};
+const ROUTINE = new Set(["sync", "transfer", "cache_hit"]);
 
 /** @param {number} n bytes @returns {string} like tpu_lab.device.driver.format_bytes */
 function formatBytes(n) {
@@ -190,26 +200,29 @@ function renderChips(model, root) {
 }
 
 /**
- * Consecutive events with the same kind, summary and place collapse into one row (×N).
+ * Routine events (syncs, transfers, cache hits) with the same summary and place collapse into
+ * one row per cell, at their first occurrence, with a count (×N); others keep a row each.
  * @param {EventState[]} events
  * @returns {{event: EventState, count: number}[]}
  */
-function runs(events) {
+function rows(events) {
   /** @type {{event: EventState, count: number}[]} */
   const out = [];
+  /** @type {Map<string, {event: EventState, count: number}>} */
+  const seen = new Map();
   for (const event of events) {
-    const last = out[out.length - 1];
-    if (
-      last &&
-      !EXPLAINED.has(event.kind) &&
-      last.event.kind === event.kind &&
-      last.event.summary === event.summary &&
-      last.event.where === event.where
-    ) {
-      last.count += 1;
-      last.event = event;
-    } else {
+    if (!ROUTINE.has(event.kind)) {
       out.push({ event, count: 1 });
+      continue;
+    }
+    const key = `${event.kind}\u0000${event.summary}\u0000${event.where}`;
+    const row = seen.get(key);
+    if (row) {
+      row.count += 1;
+    } else {
+      const first = { event, count: 1 };
+      seen.set(key, first);
+      out.push(first);
     }
   }
   return out;
@@ -246,7 +259,8 @@ function renderFeed(model, root, ui) {
   const ordered = [...groups.entries()].sort(
     (a, b) => b[1][b[1].length - 1].seq - a[1][a[1].length - 1].seq,
   );
-  const newestExplained = [...events].reverse().find((e) => EXPLAINED.has(e.kind));
+  // the newest torch.compile recompilation starts with its explanation open
+  const newestRecompile = [...events].reverse().find((e) => e.kind === "recompile");
   ordered.forEach(([key, list], position) => {
     const group = /** @type {HTMLDetailsElement} */ (h("details", "tpu-dash-group"));
     group.open = ui.closed.has(key) ? !ui.closed.get(key) : position < 3;
@@ -256,11 +270,12 @@ function renderFeed(model, root, ui) {
     const info = cells.get(key);
     const counts = info ? info.counts : {};
     for (const [kind, n] of Object.entries(counts)) {
-      const badge = h("span", `tpu-dash-badge tpu-kind-${kind}`, `${n} ${KIND_LABELS[kind] || kind}`);
+      const name = n === 1 ? KIND_LABELS[kind] : PLURALS[kind];
+      const badge = h("span", `tpu-dash-badge tpu-kind-${kind}`, `${n} ${name || kind}`);
       summary.append(badge);
     }
     group.append(summary);
-    for (const { event, count } of runs(list)) {
+    for (const { event, count } of rows(list)) {
       const row = h("div", `tpu-dash-event tpu-kind-${event.kind}`);
       row.dataset.seq = String(event.seq);
       row.append(h("span", "tpu-dash-time", clock(event.time)));
@@ -273,7 +288,7 @@ function renderFeed(model, root, ui) {
         const why = /** @type {HTMLDetailsElement} */ (h("details", "tpu-dash-why"));
         why.open = ui.why.has(event.seq)
           ? ui.why.get(event.seq)
-          : newestExplained !== undefined && newestExplained.seq === event.seq;
+          : newestRecompile !== undefined && newestRecompile.seq === event.seq;
         why.addEventListener("toggle", () => ui.why.set(event.seq, why.open));
         why.append(h("summary", "", "why, and how to avoid it"));
         const body = h("div", "tpu-dash-explanation");

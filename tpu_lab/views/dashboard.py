@@ -1,18 +1,20 @@
 """The live dashboard: per-chip HBM, the eager/compiled toggle, compile-cache hit rate and the event
 feed grouped by notebook cell, as an anywidget that updates while cells run.
 
-The event log calls :meth:`_Feed.add` for every event (a few deque and counter operations under a
-lock); a worker thread turns what accumulated into at most one widget update every ``interval``
-seconds, keeping at most ``max_events`` recent events (plus ``max_notable`` compilations,
-recompilations, cache misses, OOMs and mode changes, so that a flood of transfers cannot push a
-recompile out of view). After every IPython cell the dashboard also collects lazily recorded
-compilations and updates at once. Where no widget manager runs, the same state renders as
-text/html and text/plain (:class:`DashboardView`).
+The event log calls :meth:`_Feed.add` for every event (one deque append); a worker thread turns
+what accumulated into at most one widget update every ``interval`` seconds, keeping at most
+``max_events`` recent events (plus ``max_notable`` compilations, recompilations, cache misses,
+OOMs and mode changes, so that a flood of transfers cannot push a recompile out of view). After
+every IPython cell the dashboard also collects lazily recorded compilations and updates at once.
+Where no widget manager runs, the same state renders as text/html and text/plain
+(:class:`DashboardView`).
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
+import operator
 import threading
 import time
 from pathlib import Path
@@ -51,10 +53,16 @@ def widget_file(name: str) -> Path:
 
 
 class _Feed:
-    """What the event log delivered since the dashboard opened, bounded."""
+    """What the event log delivered since the dashboard opened, bounded.
+
+    The subscriber only appends to ``inbox`` (atomic); :meth:`snapshot` moves the inbox into the
+    bounded buffers and counters in one batch, so each event costs the recording thread one append.
+    """
 
     def __init__(self, max_events: int, max_notable: int, max_cells: int) -> None:
         self.lock = threading.Lock()
+        self.inbox: collections.deque[Event] = collections.deque()
+        self.waiting = False  # the inbox holds events nobody was woken for yet
         self.recent: collections.deque[Event] = collections.deque(maxlen=max_events)
         self.notable: collections.deque[Event] = collections.deque(maxlen=max_notable)
         self.cells: collections.OrderedDict[int | None, collections.Counter[str]] = (
@@ -63,49 +71,53 @@ class _Feed:
         self.max_cells = max_cells
         self.kinds: collections.Counter[str] = collections.Counter()
         self.seen = 0
-        self.pending = 0  # events since the last snapshot
-        self.first_live: int | None = None
 
     def add(self, event: Event) -> bool:
-        """Keep ``event``; True when it is the first since the last snapshot."""
-        with self.lock:
-            if self.first_live is None:
-                self.first_live = event.seq
-            self._keep(event)
-            self.pending += 1
-            return self.pending == 1
+        """Queue ``event``; True when the worker should be woken for it."""
+        self.inbox.append(event)
+        if self.waiting:
+            return False
+        self.waiting = True
+        return True
 
     def add_history(self, events: list[Event]) -> None:
         """Events recorded before the dashboard subscribed (those delivered live are skipped)."""
         with self.lock:
-            for event in events:
-                if self.first_live is None or event.seq < self.first_live:
-                    self._keep(event)
+            live = self._drain()
+            first = live[0].seq if live else None
+            self._keep([e for e in events if first is None or e.seq < first])
+            self._keep(live)
 
-    def _keep(self, event: Event) -> None:
-        self.recent.append(event)
-        if event.kind in NOTABLE:
-            self.notable.append(event)
-        counts = self.cells.get(event.cell)
-        if counts is None:
-            counts = self.cells[event.cell] = collections.Counter()
-            if len(self.cells) > self.max_cells:
-                self.cells.popitem(last=False)
-        counts[event.kind] += 1
-        self.kinds[event.kind] += 1
-        self.seen += 1
+    def _drain(self) -> list[Event]:
+        self.waiting = False  # an event appended from now on wakes the worker again
+        inbox = self.inbox
+        return [inbox.popleft() for _ in range(len(inbox))]
+
+    def _keep(self, batch: list[Event]) -> None:
+        self.recent.extend(batch)
+        self.notable.extend(e for e in batch if e.kind in NOTABLE)
+        self.kinds.update(e.kind for e in batch)
+        self.seen += len(batch)
+        for cell, group in itertools.groupby(batch, key=operator.attrgetter("cell")):
+            counts = self.cells.get(cell)
+            if counts is None:
+                counts = self.cells[cell] = collections.Counter()
+                if len(self.cells) > self.max_cells:
+                    self.cells.popitem(last=False)
+            counts.update(e.kind for e in group)
 
     def snapshot(self) -> tuple[list[Event], list[dict], dict[str, int], int, int]:
         """(kept events by seq, per-cell counts, counts by kind, events seen, batch size)."""
         with self.lock:
+            batch = self._drain()
+            self._keep(batch)
             kept = {e.seq: e for e in self.recent}
             kept.update((e.seq, e) for e in self.notable)
             cells = [
                 {"cell": cell, "total": sum(c.values()), "counts": dict(c)}
                 for cell, c in self.cells.items()
             ]
-            batch, self.pending = self.pending, 0
-            return [kept[s] for s in sorted(kept)], cells, dict(self.kinds), self.seen, batch
+            return [kept[s] for s in sorted(kept)], cells, dict(self.kinds), self.seen, len(batch)
 
 
 def _eager_mode() -> str:
@@ -193,6 +205,7 @@ class Dashboard(anywidget.AnyWidget):
         super().__init__(**kwargs)
         self.interval = interval
         self.poll = poll
+        self.max_events, self.max_notable = max_events, max_notable
         self._log = log
         self._feed = _Feed(max_events, max_notable, max_cells)
         self._states: dict[int, dict] = {}

@@ -1,0 +1,250 @@
+"""The dashboard in a real JupyterLab, driven by headless Chromium (Debian's, via Playwright).
+
+JupyterLab runs on 127.0.0.1 (a free port, a token, a temporary root); a notebook loads the
+extension, opens the dashboard and runs a cell that recompiles. The event feed must show the
+recompile with its reason and explanation, and clicking "Compiled" must switch
+``torch.tpu.eager_mode`` in the kernel (asked through a second client of the same kernel). The
+screenshot is kept as tests/artifacts/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+pytest.importorskip("jupyterlab", reason="jupyterlab is missing: pip install 'tpu-lab[lab]'")
+pytest.importorskip("anywidget", reason="anywidget is missing: pip install 'tpu-lab[lab]'")
+pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
+
+CELLS = [
+    "%load_ext tpu_lab",
+    "%tpu dashboard",
+    "import torch\n"
+    "weights = torch.empty(512, 1024, 1024, device='tpu')  # 2 GiB of HBM on chip 0\n"
+    "f = torch.compile(lambda x: x * 2 + 1, backend='tpu')\n"
+    "f(torch.ones(4, device='tpu'))\n"
+    "f(torch.ones(8, device='tpu'))  # recompiles: the shape changed",
+]
+
+
+def _notebook(cells: list[str]) -> dict:
+    return {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"c{i}",
+                "metadata": {},
+                "outputs": [],
+                "source": source,
+            }  # fmt: skip
+            for i, source in enumerate(cells)
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(base: str, token: str, path: str, method: str = "GET"):
+    request = urllib.request.Request(
+        f"{base}{path}", method=method, headers={"Authorization": f"token {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A JupyterLab server; yields (base url, token, root, runtime dir); stopped in finally."""
+    root, runtime = tmp_path / "root", tmp_path / "runtime"
+    root.mkdir()
+    settings = tmp_path / "settings" / "@jupyterlab"
+    for extension, name, value in (
+        ("apputils-extension", "notification", '{"fetchNews": "false"}'),  # no news toast
+        ("notebook-extension", "tracker", '{"autoStartDefaultKernel": true}'),  # no kernel dialog
+    ):
+        (settings / extension).mkdir(parents=True, exist_ok=True)
+        (settings / extension / f"{name}.jupyterlab-settings").write_text(value)
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(runtime),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "TPU_LAB_TOPOLOGY": "v6e-4",
+    }
+    log = open(tmp_path / "jupyterlab.log", "w")  # noqa: SIM115 (closed in finally)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+         f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+         "--LabApp.news_url=None",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         "--LabApp.extension_manager=readonly",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                _api(base, token, "/api/status")
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "JupyterLab did not start:\n" + (tmp_path / "jupyterlab.log").read_text()
+                    ) from None
+                time.sleep(0.25)
+        yield base, token, root, runtime
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            for kernel in _api(base, token, "/api/kernels"):
+                _api(base, token, f"/api/kernels/{kernel['id']}", method="DELETE")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+        log.close()
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copy(tmp_path / "jupyterlab.log", ARTIFACTS / "jupyterlab.log")
+
+
+def _kernel_eval(runtime: Path, kernel_id: str, code: str) -> str:
+    """Run ``code`` in the notebook's kernel through a second client; returns its stdout."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(runtime / f"kernel-{kernel_id}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        out = []
+        reply = client.execute_interactive(
+            code, timeout=60, output_hook=lambda m: out.append(m["content"].get("text", ""))
+        )
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(out)
+    finally:
+        client.stop_channels()
+
+
+def test_dashboard_in_jupyterlab(lab):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, token, root, runtime = lab
+    start = time.monotonic()
+
+    def step(text: str) -> None:  # progress, shown with the failure
+        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+
+    (root / "dashboard.ipynb").write_text(json.dumps(_notebook(CELLS)))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            step("browser started")
+            page.goto(f"{base}/lab/tree/dashboard.ipynb?token={token}")
+            step("page loaded")
+            page.wait_for_function(
+                """() => {
+                  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+                  const kernel = panel && panel.sessionContext && panel.sessionContext.session
+                    && panel.sessionContext.session.kernel;
+                  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
+                }""",
+                timeout=60_000,
+            )
+            step("kernel idle")
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+            dash = page.locator(".tpu-dash")
+            expect(dash).to_be_visible(timeout=60_000)
+            step("dashboard shown")
+            recompile = dash.locator(".tpu-dash-event.tpu-kind-recompile")
+            expect(recompile).to_contain_text(
+                "recompiled <lambda>: argument x: dimension 0 changed from 4 to 8", timeout=90_000
+            )
+            explanation = dash.locator(".tpu-dash-why[open] .tpu-dash-explanation")
+            expect(explanation).to_contain_text("size mismatch at index 0. expected 4, actual 8")
+            expect(explanation).to_contain_text("how to fix")
+            expect(dash.locator(".tpu-dash-group-head").first).to_contain_text("1 recompile")
+            expect(dash.locator(".tpu-dash-chip")).to_have_count(4)
+            expect(dash.locator(".tpu-dash-chip").first).to_contain_text("2.00 GiB of 32.00 GiB")
+
+            step("recompile explained in the feed")
+            kernel_id = _api(base, token, "/api/sessions")[0]["kernel"]["id"]
+            mode = "print(torch.tpu.eager_mode.name)"
+            assert _kernel_eval(runtime, kernel_id, mode).strip() == "DEFER_NEVER"
+            dash.locator("button[data-mode='DEFER_AND_FUSE']").click()
+            expect(dash.locator(".tpu-dash-event.tpu-kind-mode_change")).to_contain_text(
+                "eager mode DEFER_NEVER -> DEFER_AND_FUSE", timeout=30_000
+            )
+            assert _kernel_eval(runtime, kernel_id, mode).strip() == "DEFER_AND_FUSE"
+
+            step("toggle switched the kernel's eager mode")
+            # code run from elsewhere updates the open dashboard: fused graphs hit the cache
+            _kernel_eval(
+                runtime,
+                kernel_id,
+                "x = torch.ones(64, device='tpu')\n"
+                "for _ in range(8):\n    (x * 2 + 1).sum().item()",
+            )
+            expect(dash.locator(".tpu-dash-big")).to_have_text("75%", timeout=30_000)
+            expect(dash.locator("button[data-mode='DEFER_AND_FUSE']")).to_have_attribute(
+                "aria-checked", "true"
+            )
+            step("cache hit rate updated")
+            ARTIFACTS.mkdir(exist_ok=True)
+            dash.scroll_into_view_if_needed()
+            dash.screenshot(path=str(ARTIFACTS / "dashboard.png"))
+            page.screenshot(path=str(ARTIFACTS / "dashboard-lab.png"))
+        except Exception:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"))
+            raise
+        finally:
+            browser.close()
