@@ -242,6 +242,13 @@ def test_dashboard_in_jupyterlab(lab):
             dash.scroll_into_view_if_needed()
             dash.screenshot(path=str(ARTIFACTS / "dashboard.png"))
             page.screenshot(path=str(ARTIFACTS / "dashboard-lab.png"))
+
+            # the saved notebook keeps a static HTML rendering next to the widget view
+            page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+            saved = json.loads((root / "dashboard.ipynb").read_text())
+            (output,) = saved["cells"][1]["outputs"]
+            assert "application/vnd.jupyter.widget-view+json" in output["data"]
+            assert "tpu_lab dashboard" in "".join(output["data"]["text/html"])
         except Exception:
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"))

@@ -267,3 +267,25 @@ def test_static_html_has_gauges_and_explanations():
     assert html.index("In [6]") < html.index("In [5]")  # newest cell first
     assert "<details><summary style='cursor:pointer;color:#6b7280'>why?</summary><b>why</b>" in html
     assert "hit rate <b>75% (3 of 4 graphs)</b>" in html
+
+
+def test_closing_freezes_the_displayed_output_into_static_html(log, dashboards, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import display
+
+    shell = InteractiveShell.instance()
+    published = []
+    monkeypatch.setattr(
+        shell.display_pub, "publish", lambda data, **kw: published.append((data, kw))
+    )
+    dash = dashboards(log=log, poll=60)
+    display(dash)
+    ((live, first),) = published
+    assert "application/vnd.jupyter.widget-view+json" in live and not first.get("update")
+    assert "text/html" in live and "(none yet)" in live["text/html"]
+    log.record("recompile", "recompiled f: argument x changed", **RECOMPILE)
+    dash.close()
+    frozen, second = published[1]
+    assert second["update"] and second["transient"] == first["transient"]
+    assert set(frozen) == {"text/plain", "text/html"}  # no widget left to render
+    assert "recompiled f: argument x changed" in frozen["text/html"]

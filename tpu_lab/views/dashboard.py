@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
+import sys
 import threading
 import time
 from pathlib import Path
@@ -209,6 +210,7 @@ class Dashboard(anywidget.AnyWidget):
         self._log = log
         self._feed = _Feed(max_events, max_notable, max_cells)
         self._states: dict[int, dict] = {}
+        self._displays: list = []  # IPython DisplayHandles of this dashboard's outputs
         self._flush_lock = threading.RLock()
         self._sending = threading.local()  # set while flush() writes traits: not the user's toggle
         self._wake = threading.Event()
@@ -236,8 +238,6 @@ class Dashboard(anywidget.AnyWidget):
         self._wake.set()
 
     def _hook_cells(self):
-        import sys
-
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython else None
         if shell is not None:
@@ -347,11 +347,24 @@ class Dashboard(anywidget.AnyWidget):
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
         data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        return {**data, **self._static()}, metadata
+
+    def _static(self) -> dict[str, str]:
         snapshot = self.view()
-        return {**data, "text/plain": snapshot.to_text(), "text/html": snapshot.to_html()}, metadata
+        return {"text/plain": snapshot.to_text(), "text/html": snapshot.to_html()}
+
+    def _ipython_display_(self) -> None:
+        """Displayed with an id, so that :meth:`close` can freeze the output into static HTML."""
+        from IPython.display import display
+
+        data, metadata = self._repr_mimebundle_()
+        self._displays.append(display(data, metadata=metadata, raw=True, display_id=True))
 
     def close(self) -> None:
-        """Stop updating: unsubscribe from the event log, stop the worker, close the widget."""
+        """Stop updating: unsubscribe from the event log, stop the worker, close the widget.
+
+        Where it was displayed, the output becomes the final state as static HTML (what a saved
+        notebook then shows)."""
         stop = getattr(self, "_stop", None)  # None: __init__ refused its arguments
         if stop is not None and not stop.is_set():
             self._stop.set()
@@ -363,4 +376,10 @@ class Dashboard(anywidget.AnyWidget):
                 self._shell.events.unregister("post_run_cell", self._after_cell)
             if self._worker is not threading.current_thread():
                 self._worker.join(timeout=5)
+            if self._displays and not sys.is_finalizing():
+                self._log.pull()
+                self.flush()
+                static = self._static()
+                for handle in self._displays:
+                    handle.update(static, raw=True)
         super().close()
