@@ -80,7 +80,7 @@ def test_generate_returns_image_video_and_events(client):
 
     image, video, html, report = _call(client, count=3, steps=5, scale=8)
     with Image.open(image) as picture:
-        assert picture.size == (3 * 8 * 8, 8 * 8)
+        assert picture.size == ((3 * 8 + 4 * 2) * 8, (8 + 2 * 2) * 8)  # 2 pixels apart
     count, size, codec = _frames(video if isinstance(video, str) else video["video"])
     assert codec == "h264" and count == 5  # one frame per step
     assert size[0] % 2 == 0 and size[1] % 2 == 0 and size[0] > size[1]

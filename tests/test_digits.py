@@ -103,6 +103,34 @@ def _save_grid(images: np.ndarray, labels: list[int]) -> None:
     )
 
 
+def test_denoising_trajectory_video(pipe):
+    """The example video: the ten digits denoising side by side, one frame per step, made
+    offline with tpu_lab.media (kept as tests/artifacts/digits_trajectory.mp4)."""
+    av = pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[video]'")
+    from tpu_lab.media import Trajectory
+
+    trajectory = Trajectory(pipe)
+    out = pipe(
+        class_labels=list(range(10)),
+        num_inference_steps=24,
+        generator=_seed(3),
+        output_type="np",
+        callback_on_step_end=trajectory,
+        callback_on_step_end_tensor_inputs=["latents"],
+    )
+    video = trajectory.video(fps=8, labels=[str(c) for c in range(10)])
+    assert video.format == "mp4"
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / "digits_trajectory.mp4"
+    path.write_bytes(video.data)
+    with av.open(str(path)) as container:
+        frames = list(container.decode(container.streams.video[0]))
+    assert len(frames) == 24
+    assert frames[0].width == video.size[0] and frames[0].height == video.size[1]
+    last = trajectory.decoded()[-1, :, 0].numpy()  # the final step is the pipeline's output
+    np.testing.assert_allclose(last, out.images[..., 0], atol=1e-6)
+
+
 def test_tpu_matches_cpu_bitwise(pipe):
     cpu = digits_pipeline(device="cpu")
     cpu.set_progress_bar_config(disable=True)

@@ -225,6 +225,7 @@ class ImageDemo:
 
         from .. import backend
         from ..media import Trajectory, encode_mp4
+        from ..media.grid import grid
 
         pipe = self.pipeline(request.mode)
         trajectory = Trajectory(pipe)
@@ -239,7 +240,7 @@ class ImageDemo:
             "class_labels": [request.label] * request.count,
             "num_inference_steps": request.steps,
             "generator": torch.Generator("cpu").manual_seed(request.seed),
-            "output_type": "pil",
+            "output_type": "np",
             "callback_on_step_end": callback,
             "callback_on_step_end_tensor_inputs": ["latents"],
         }
@@ -264,7 +265,9 @@ class ImageDemo:
             cache={k: cache_after[k] - cache_before[k] for k in cache_after},
         )
         frames = [_enlarge(f, request.scale) for f in trajectory.frames()]
-        return _enlarge(_tile(images), request.scale), encode_mp4(frames, fps=FPS), report
+        # The images laid out as the video's frames are (media's grid of the batch).
+        picture = grid(list((images * 255).round().astype("uint8")))
+        return _enlarge(picture, request.scale), encode_mp4(frames, fps=FPS), report
 
     def generate(self, label, count, steps, seed, guidance, scale, mode, progress=None):
         """The Gradio handler: (image, video path, events HTML, report dict)."""
@@ -334,21 +337,7 @@ def _device_line() -> str:
     from .. import backend
 
     status = backend().status()
-    kind = "simulated on the CPU" if status.simulated else "hardware"
-    return f"{status.device_name}, {kind}"
-
-
-def _tile(images: list) -> Any:
-    """Images side by side (up to 8 per row) on one canvas."""
-    from PIL import Image
-
-    cols = min(len(images), 8)
-    rows = -(-len(images) // cols)
-    w, h = images[0].size
-    canvas = Image.new(images[0].mode, (cols * w, rows * h))
-    for i, im in enumerate(images):
-        canvas.paste(im, ((i % cols) * w, (i // cols) * h))
-    return canvas
+    return status.device_name + (", on the CPU" if status.simulated else "")
 
 
 def _enlarge(image, scale: int):

@@ -1,0 +1,92 @@
+"""``tpu-lab demo image`` in headless Chromium (Debian's, via Playwright): click Generate, see
+the digits and a trajectory video that the browser can play (its ``readyState`` and
+``duration``), and the request's events. The screenshot is kept as tests/artifacts/gradio.png.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+import tpu_lab  # noqa: F401  (the "tpu" device)
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[demo]'")
+pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from tpu_lab.apps import image as app  # noqa: E402
+
+#: The video's frames (one per denoising step at the default 32 steps) at 8 frames a second.
+STEPS = 32
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server():
+    blocks = None
+    try:
+        blocks = app.launch(port=_free_port(), block=False)
+        yield blocks
+    finally:
+        if blocks is not None:
+            blocks.close()
+            blocks.demo.close()
+
+
+def test_generate_shows_the_digits_and_a_playable_video(server):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page.goto(server.local_url, wait_until="networkidle")
+            page.click("#generate")
+            page.wait_for_selector("#digits-image img", timeout=60_000)
+            page.wait_for_selector("#trajectory video", timeout=60_000)
+            page.wait_for_function(
+                "() => { const v = document.querySelector('#trajectory video');"
+                " return v && v.readyState >= 2 && v.duration > 0; }",
+                timeout=30_000,
+            )
+            video = page.evaluate(
+                "() => { const v = document.querySelector('#trajectory video');"
+                " return {ready: v.readyState, duration: v.duration, width: v.videoWidth,"
+                " height: v.videoHeight, error: v.error && v.error.code}; }"
+            )
+            image = page.evaluate(
+                "() => { const i = document.querySelector('#digits-image img');"
+                " return {complete: i.complete, width: i.naturalWidth, height: i.naturalHeight}; }"
+            )
+            events = page.inner_text("#events")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "gradio.png"), full_page=True)
+        finally:
+            browser.close()
+    assert video["error"] is None and video["ready"] >= 2
+    assert video["duration"] == pytest.approx(STEPS / app.FPS, abs=0.2)
+    assert video["width"] > 0 and video["height"] > 0
+    # 4 digits of 8x8 pixels in a row, 2 pixels apart, shown 16x (the app's defaults)
+    assert image == {"complete": True, "width": (4 * 8 + 5 * 2) * 16, "height": (8 + 4) * 16}
+    assert "eager in" in events and "Eager: op by op, nothing compiled." in events
