@@ -243,6 +243,15 @@ def test_dashboard_in_jupyterlab(lab):
             dash.screenshot(path=str(ARTIFACTS / "dashboard.png"))
             page.screenshot(path=str(ARTIFACTS / "dashboard-lab.png"))
 
+            # the dark theme: the dashboard follows JupyterLab's colours
+            page.evaluate(
+                "() => window.jupyterapp.commands.execute("
+                "'apputils:change-theme', {theme: 'JupyterLab Dark'})"
+            )
+            page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+            page.wait_for_timeout(500)  # the theme's stylesheet applies
+            dash.screenshot(path=str(ARTIFACTS / "dashboard-dark.png"))
+
             # the saved notebook keeps a static HTML rendering next to the widget view
             page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
             saved = json.loads((root / "dashboard.ipynb").read_text())
