@@ -289,3 +289,10 @@ def test_closing_freezes_the_displayed_output_into_static_html(log, dashboards, 
     assert second["update"] and second["transient"] == first["transient"]
     assert set(frozen) == {"text/plain", "text/html"}  # no widget left to render
     assert "recompiled f: argument x changed" in frozen["text/html"]
+
+
+def test_static_html_draws_no_gauge_for_chips_of_other_processes():
+    other = {**STATE, "chips": STATE["chips"][1:]}
+    html = DashboardView(other).to_html()
+    assert "background:#2563eb" not in html and "background:#dc2626" not in html
+    assert "32.00 GiB, driven by another process" in html

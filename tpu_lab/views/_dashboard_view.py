@@ -112,7 +112,7 @@ class DashboardView(View):
             f"<div style='{_FONT};border:1px solid #e5e7eb;border-radius:6px;padding:8px 10px;"
             "max-width:900px'>"
             f"<div><b>tpu_lab dashboard</b> <span style='{_MUTED}'>· {esc(self._header())} "
-            "· snapshot, not live (run the notebook to see the live widget)</span></div>"
+            "· a snapshot: the live widget needs a running kernel</span></div>"
             f"<div style='margin-top:4px'>eager mode <b>{esc(s['eager_mode'])}</b> · "
             f"compile cache hit rate <b>{esc(_hit_rate(s['cache']))}</b> · "
             f"torch.compile {esc(_compiles(s['cache']))}</div>"
@@ -123,19 +123,21 @@ class DashboardView(View):
 
     @staticmethod
     def _chip_html(chip: dict) -> str:
-        fill = peak = 0.0
+        bar = ""
         if chip["driven"] and chip["measured"] and chip["capacity"]:
             fill = 100 * chip["live"] / chip["capacity"]
             peak = 100 * chip["peak"] / chip["capacity"]
+            bar = (
+                f"<div style='width:{fill:.1f}%;height:8px;background:#2563eb;"
+                f"border-radius:4px'></div><div style='position:absolute;top:-2px;left:{peak:.1f}%;"
+                f"width:2px;height:12px;background:#dc2626'></div>"
+            )
         opacity = "1" if chip["driven"] else "0.55"
         return (
             f"<div style='border:1px solid #e5e7eb;border-radius:4px;padding:4px 6px;"
             f"min-width:180px;opacity:{opacity}'>chip {chip['index']}"
             f"<div style='position:relative;height:8px;background:#e5e7eb;border-radius:4px;"
-            f"margin:3px 0'><div style='width:{fill:.1f}%;height:8px;background:#2563eb;"
-            f"border-radius:4px'></div><div style='position:absolute;top:-2px;left:{peak:.1f}%;"
-            f"width:2px;height:12px;background:#dc2626'></div></div>"
-            f"<span style='{_MUTED}'>{esc(_usage(chip))}</span></div>"
+            f"margin:3px 0'>{bar}</div><span style='{_MUTED}'>{esc(_usage(chip))}</span></div>"
         )
 
     @staticmethod
