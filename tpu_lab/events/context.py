@@ -18,6 +18,18 @@ _LIBRARY_DIRS = tuple(
     }
 )
 
+#: Folders that hold packages, longest first: a library file is named from its package down.
+_PACKAGE_ROOTS = sorted(
+    {
+        sysconfig.get_paths()["purelib"] + os.sep,
+        sysconfig.get_paths()["platlib"] + os.sep,
+        sysconfig.get_paths()["stdlib"] + os.sep,
+        os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep,  # tpu_lab's parent
+    },
+    key=len,
+    reverse=True,
+)
+
 
 def _is_library(filename: str) -> bool:
     return (
@@ -44,9 +56,15 @@ def user_frame(skip: int = 1) -> str | None:
 
 
 def location(filename: str, line: int) -> str:
-    """``file:line``, or ``In[N]:line`` when ``filename`` is an IPython cell."""
+    """``file:line``, or ``In[N]:line`` when ``filename`` is an IPython cell; files of installed
+    packages are named from the package down (``diffusers/models/unets/unet_2d.py``)."""
     cell = _cell_of_file(filename)
-    return f"{filename}:{line}" if cell is None else f"In[{cell}]:{line}"
+    if cell is not None:
+        return f"In[{cell}]:{line}"
+    for root in _PACKAGE_ROOTS:
+        if filename.startswith(root):
+            return f"{filename[len(root):]}:{line}"
+    return f"{filename}:{line}"
 
 
 def _cell_of_file(filename: str) -> int | None:
