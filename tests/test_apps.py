@@ -79,6 +79,7 @@ def test_generate_returns_image_video_and_events(client):
     from PIL import Image
 
     image, video, html, report = _call(client, count=3, steps=5, scale=8)
+    assert image.endswith(".png")  # lossless: the pixels as drawn
     with Image.open(image) as picture:
         assert picture.size == ((3 * 8 + 4 * 2) * 8, (8 + 2 * 2) * 8)  # 2 pixels apart
     count, size, codec = _frames(video if isinstance(video, str) else video["video"])

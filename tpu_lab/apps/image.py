@@ -313,8 +313,8 @@ class ImageDemo:
                     mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=2):
-                    image = gr.Image(label="Digits", type="pil", elem_id="digits-image",
-                                     height=320)
+                    image = gr.Image(label="Digits", type="pil", format="png", height=320,
+                                     elem_id="digits-image")
                     video = gr.Video(label="Denoising trajectory", elem_id="trajectory",
                                      autoplay=True, loop=True, height=320)
             events = gr.HTML(label="Device events", elem_id="events")
