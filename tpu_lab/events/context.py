@@ -18,13 +18,13 @@ _LIBRARY_DIRS = tuple(
     }
 )
 
+_TPU_LAB = os.path.dirname(os.path.dirname(__file__)) + os.sep
 #: Folders that hold packages, longest first: a library file is named from its package down.
 _PACKAGE_ROOTS = sorted(
     {
         sysconfig.get_paths()["purelib"] + os.sep,
         sysconfig.get_paths()["platlib"] + os.sep,
         sysconfig.get_paths()["stdlib"] + os.sep,
-        os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep,  # tpu_lab's parent
     },
     key=len,
     reverse=True,
@@ -64,6 +64,8 @@ def location(filename: str, line: int) -> str:
     for root in _PACKAGE_ROOTS:
         if filename.startswith(root):
             return f"{filename[len(root):]}:{line}"
+    if filename.startswith(_TPU_LAB):  # an editable install
+        return f"tpu_lab{os.sep}{filename[len(_TPU_LAB):]}:{line}"
     return f"{filename}:{line}"
 
 
