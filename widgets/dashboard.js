@@ -170,7 +170,8 @@ function renderChips(model, root) {
   const grid = h("div", "tpu-dash-chips");
   // lay the chips out like the topology's first two axes (e.g. 2×2 for v6e-4)
   const cols = d && d.topology_shape.length ? Math.max(1, d.topology_shape[0]) : 1;
-  grid.style.gridTemplateColumns = `repeat(${Math.min(cols === 1 ? chips.length : cols, 4)}, minmax(150px, 1fr))`;
+  const columns = Math.min(cols === 1 ? chips.length : cols, 4);
+  grid.style.gridTemplateColumns = `repeat(${columns}, minmax(150px, 1fr))`;
   for (const chip of chips) {
     const tile = h("div", chip.driven ? "tpu-dash-chip" : "tpu-dash-chip tpu-dash-other");
     const head = h("div", "tpu-dash-chip-head");
@@ -347,10 +348,9 @@ function render({ model, el }) {
     }
     due.add(draw);
   };
-  const handlers = parts.map(([events, draw]) => /** @type {[string, () => void]} */ ([events, schedule(draw)]));
-  for (const [events, handler] of handlers) {
-    model.on(events, handler);
-  }
+  /** @type {[string, () => void][]} */
+  const handlers = parts.map(([events, draw]) => [events, schedule(draw)]);
+  for (const [events, handler] of handlers) model.on(events, handler);
   for (const [, draw] of parts) draw();
   return () => {
     for (const [events, handler] of handlers) model.off(events, handler);
