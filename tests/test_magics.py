@@ -445,14 +445,16 @@ def test_sharding_looks_the_variable_up(shell, fakes):
 def test_plan_passes_the_arguments(shell, fakes, tmp_path):
     tpu_lab.use_topology("v5e-8")
     shell.user_ns["config"] = config = object()
-    run(shell, "%tpu plan config --chips 4 --generation v6e --batch 2 --seq 128")
+    run(shell, "%tpu plan config --chips 4 --generation v6e --batch 2 --seq 128 --dtype bfloat16")
     run(shell, "%tpu plan config")
     run(shell, f"%tpu plan {tmp_path}")
     assert fakes == [
-        ("plan", (config,), {"chips": 4, "generation": "v6e", "batch": 2, "seq": 128}),
-        ("plan", (config,), {"chips": 8, "generation": "v5e", "batch": None, "seq": None}),
+        ("plan", (config,), {"chips": 4, "generation": "v6e", "batch": 2, "seq": 128,
+                             "dtype": torch.bfloat16}),
+        ("plan", (config,), {"chips": 8, "generation": "v5e", "batch": None, "seq": None,
+                             "dtype": None}),
         ("plan", (str(tmp_path),), {"chips": 8, "generation": "v5e", "batch": None,
-                                    "seq": None}),
+                                    "seq": None, "dtype": None}),
     ]  # fmt: skip
 
 
@@ -547,7 +549,7 @@ def test_completions_of_a_line():
     assert completions("%tpu ")[:3] == ["status", "use", "mode"]
     assert completions("%tpu events --cell 3 --") == ["--kind", "--last", "--help"]
     assert completions("%tpu plan cfg --chips 4 --") == ["--generation", "--batch", "--seq",
-                                                         "--help"]  # fmt: skip
+                                                         "--dtype", "--help"]  # fmt: skip
     assert completions("%tpu plan ", ["cfg", "_x"]) == ["cfg"]
     assert completions("%tpu plan cfg ", ["cfg"]) == []
     assert completions("%tpu nosuch ") == []

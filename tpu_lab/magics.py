@@ -141,6 +141,8 @@ COMMANDS: dict[str, Command] = {
                 Arg(("--generation",), {"help": "default: the current topology's"}),
                 Arg(("--batch",), {"type": int, "metavar": "B"}),
                 Arg(("--seq",), {"type": int, "metavar": "S"}),
+                Arg(("--dtype",), {"choices": ("float32", "bfloat16", "float16"),
+                                   "help": "weights' dtype (default: the model's)"}),
             ),
         ),
         Command(
@@ -467,7 +469,12 @@ class TpuMagics(Magics):
         with _shown_as_usage_errors():
             display(
                 sharding.plan(
-                    model, chips=chips, generation=generation, batch=args.batch, seq=args.seq
+                    model,
+                    chips=chips,
+                    generation=generation,
+                    batch=args.batch,
+                    seq=args.seq,
+                    dtype=None if args.dtype is None else getattr(_module("torch"), args.dtype),
                 )
             )
 
