@@ -100,3 +100,18 @@ def test_timed_splits_compile_from_run_time():
 
     step()
     assert step.last.label == "step" and step.last.compilations == 0
+
+
+def test_table_cells_read_left_aligned_in_notebooks():
+    from tpu_lab.views.base import align_left
+
+    assert align_left(
+        "<table><thead><tr><th>a</th></tr></thead><tr><td colspan='2' style='padding:1px'>b</td>"
+        '<td style="text-align:right">c</td><td>d</td></tr></table>'
+    ) == (
+        "<table><thead><tr><th style='text-align:left'>a</th></tr></thead><tr><td colspan='2' "
+        "style='text-align:left;padding:1px'>b</td><td style=\"text-align:left;text-align:right\">"
+        "c</td><td style='text-align:left'>d</td></tr></table>"
+    )
+    bundle = tpu_lab.event_log()._repr_mimebundle_()
+    assert "<td style='text-align:left;" in bundle["text/html"]

@@ -21,6 +21,7 @@ __all__ = [
     "TpuLabError",
     "__version__",
     "backend",
+    "dashboard",
     "event_log",
     "explain",
     "load_ipython_extension",
@@ -34,6 +35,14 @@ __all__ = [
 def status():
     """Backend, device, topology, HBM and eager mode of the "tpu" device in this process."""
     return backend().status()
+
+
+def dashboard(**options):
+    """The live dashboard widget (``%tpu dashboard``): HBM per chip, the eager/compiled switch,
+    the compile-cache hit rate and the event feed; needs ``pip install 'tpu-lab[lab]'``."""
+    from .views.dashboard import Dashboard
+
+    return Dashboard(**options)
 
 
 def event_log(kind: str | None = None, cell: int | None = None):

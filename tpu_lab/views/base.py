@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 import shutil
 
 
@@ -16,13 +17,32 @@ class View:
         raise NotImplementedError
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return {"text/plain": self.to_text(), "text/html": self.to_html()}
+        return {"text/plain": self.to_text(), "text/html": align_left(self.to_html())}
 
     def __str__(self) -> str:
         return self.to_text()
 
     def __repr__(self) -> str:
         return self.to_text()
+
+
+_CELL = re.compile(r"<(td|th)\b([^>]*)>")
+_STYLE = re.compile(r"""style=(['"])""")
+
+
+def align_left(markup: str) -> str:
+    """Table cells read left-aligned unless their own style says otherwise (JupyterLab's and
+    nbconvert's style sheets right-align every cell of rendered HTML)."""
+
+    def left(match: re.Match) -> str:
+        tag, attributes = match.groups()
+        if _STYLE.search(attributes):
+            attributes = _STYLE.sub(lambda m: f"style={m.group(1)}text-align:left;", attributes, 1)
+        else:
+            attributes += " style='text-align:left'"
+        return f"<{tag}{attributes}>"
+
+    return _CELL.sub(left, markup)
 
 
 def terminal_width(width: int | None) -> int:

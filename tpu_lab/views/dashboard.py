@@ -350,8 +350,7 @@ class Dashboard(anywidget.AnyWidget):
         return {**data, **self._static()}, metadata
 
     def _static(self) -> dict[str, str]:
-        snapshot = self.view()
-        return {"text/plain": snapshot.to_text(), "text/html": snapshot.to_html()}
+        return self.view()._repr_mimebundle_()
 
     def _ipython_display_(self) -> None:
         """Displayed with an id, so that :meth:`close` can freeze the output into static HTML."""
