@@ -296,3 +296,25 @@ def test_static_html_draws_no_gauge_for_chips_of_other_processes():
     html = DashboardView(other).to_html()
     assert "background:#2563eb" not in html and "background:#dc2626" not in html
     assert "32.00 GiB, driven by another process" in html
+
+
+def test_static_view_collapses_routine_events_per_kind_and_place():
+    from tpu_lab.views._dashboard_view import _rows
+
+    def event(seq, kind, summary, where="In[3]:2"):
+        return {"seq": seq, "kind": kind, "summary": summary, "where": where}
+
+    events = [
+        event(1, "transfer", "cpu->tpu copy of 128 B"),
+        event(2, "sync", "host waited for the device (item)"),
+        event(3, "transfer", "cpu->tpu copy of 4.00 KiB"),
+        event(4, "recompile", "recompiled f: argument x: dimension 0 changed from 3 to 4"),
+        event(5, "sync", "host waited for the device (item)"),
+        event(6, "sync", "host waited for the device (item)", where="In[3]:5"),
+    ]
+    assert [(e["seq"], n, s) for e, n, s in _rows(events)] == [
+        (1, 2, "2 transfer events, first: cpu->tpu copy of 128 B"),
+        (2, 2, "host waited for the device (item)"),
+        (4, 1, "recompiled f: argument x: dimension 0 changed from 3 to 4"),
+        (6, 1, "host waited for the device (item)"),
+    ]

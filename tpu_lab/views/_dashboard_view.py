@@ -55,6 +55,37 @@ def _groups(events: list[dict]) -> list[tuple[int | None, list[dict]]]:
     return sorted(groups.items(), key=lambda item: item[1][-1]["seq"], reverse=True)
 
 
+#: Kinds that come by the hundred: one row per kind and place in a cell, with a count.
+_ROUTINE = frozenset({"sync", "transfer", "cache_hit"})
+
+
+def _rows(events: list[dict]) -> list[tuple[dict, int, str]]:
+    """``(event, count, summary)`` per row: routine events of one kind and place collapse into
+    one row (at their first occurrence); every other event keeps its own row."""
+    rows: list[list] = []
+    seen: dict[tuple[str, str], list] = {}
+    for e in events:
+        key = (e["kind"], e["where"])
+        if e["kind"] in _ROUTINE and key in seen:
+            row = seen[key]
+            row[1] += 1
+            if row[2] != e["summary"]:
+                row[3] = True
+            continue
+        row = [e, 1, e["summary"], False]
+        rows.append(row)
+        if e["kind"] in _ROUTINE:
+            seen[key] = row
+    return [
+        (e, n, f"{n} {e['kind']} events, first: {first}" if mixed else first)
+        for e, n, first, mixed in rows
+    ]
+
+
+def _notable(events: list[dict]) -> bool:
+    return any(e["kind"] not in _ROUTINE for e in events)
+
+
 def _cell_name(cell: int | None) -> str:
     return f"In [{cell}]" if cell is not None else "outside a cell"
 
@@ -90,9 +121,10 @@ class DashboardView(View):
         lines.append(f"  events ({len(s['events'])} shown of {s['seen']})")
         for cell, events in _groups(s["events"]):
             lines.append(f"  {_cell_name(cell)} · {_events(cells.get(cell, len(events)))}")
-            for e in events:
+            for e, count, summary in _rows(events):
                 head = f"    {e['seq']:>5} {e['kind']:<11} "
-                lines.append(clip(f"{head}{e['summary']}  {e['where']}".rstrip(), width))
+                times = f" ×{count}" if count > 1 and not summary[0].isdigit() else ""
+                lines.append(clip(f"{head}{summary}{times}  {e['where']}".rstrip(), width))
         return "\n".join(lines)
 
     def to_html(self) -> str:
@@ -100,13 +132,14 @@ class DashboardView(View):
         chips = "".join(self._chip_html(chip) for chip in s["chips"])
         cells = {c["cell"]: c["total"] for c in s["cells"]}
         feed = "".join(
-            f"<details open><summary style='cursor:pointer;font-weight:600'>"
+            f"<details{' open' if index == 0 or _notable(events) else ''}>"
+            f"<summary style='cursor:pointer;font-weight:600'>"
             f"{esc(_cell_name(cell))} <span style='{_MUTED};font-weight:400'>"
             f"· {_events(cells.get(cell, len(events)))}</span></summary>"
             f"<table style='{_FONT};border-collapse:collapse'>"
-            + "".join(self._event_html(e) for e in events)
+            + "".join(self._event_html(*row) for row in _rows(events))
             + "</table></details>"
-            for cell, events in _groups(s["events"])
+            for index, (cell, events) in enumerate(_groups(s["events"]))
         )
         return (
             f"<div style='{_FONT};border:1px solid #e5e7eb;border-radius:6px;padding:8px 10px;"
@@ -141,7 +174,7 @@ class DashboardView(View):
         )
 
     @staticmethod
-    def _event_html(e: dict) -> str:
+    def _event_html(e: dict, count: int = 1, summary: str | None = None) -> str:
         color = _COLORS.get(e["kind"], "#111827")
         why = (
             f"<details><summary style='cursor:pointer;{_MUTED}'>why?</summary>"
@@ -150,10 +183,14 @@ class DashboardView(View):
             else ""
         )
         clock = time.strftime("%H:%M:%S", time.localtime(e["time"]))
+        summary = summary or e["summary"]
+        times = (
+            f" <b style='{_MUTED}'>×{count}</b>" if count > 1 and not summary[0].isdigit() else ""
+        )
         return (
             "<tr style='border-top:1px solid #f3f4f6;vertical-align:top'>"
             f"<td style='padding:1px 6px;{_MUTED}'>{clock}</td>"
             f"<td style='padding:1px 6px;color:{color};font-weight:600'>{esc(e['kind'])}</td>"
-            f"<td style='padding:1px 6px'>{esc(e['summary'])}{why}</td>"
+            f"<td style='padding:1px 6px'>{esc(summary or e['summary'])}{times}{why}</td>"
             f"<td style='padding:1px 6px;{_MUTED}'>{esc(e['where'])}</td></tr>"
         )
