@@ -7,7 +7,14 @@ import sys
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tpu-lab", description="PyTorch on TPUs, in notebooks.")
+    p = argparse.ArgumentParser(
+        prog="tpu-lab",
+        description="PyTorch on TPUs, in notebooks: a workbench for TorchTPU, with a simulated "
+        "'tpu' device (on the CPU) wherever no TPU is present.",
+        epilog="In Jupyter or IPython: %load_ext tpu_lab, then %tpu --help for the magics. "
+        "Teaching notebooks: notebooks/00_tour.ipynb and on. 'tpu-lab COMMAND --help' explains "
+        "a command; 'python -m tpu_lab' is the same as 'tpu-lab'.",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("doctor", help="show the environment and any misconfiguration with its fix")
     sub.add_parser("tour", help="a short terminal tour of the 'tpu' device")
