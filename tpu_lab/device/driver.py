@@ -16,7 +16,8 @@ import torch
 from . import hooks
 from .topology import Topology, topology_from_env
 
-#: Attribute of a "tpu" ``UntypedStorage`` that holds its :class:`Block`.
+#: Attribute of a "tpu" ``UntypedStorage`` that holds its :class:`Block` (kernels.wrap stores
+#: it under this literal name on its fast path).
 PAYLOAD = "_tpu_lab_block"
 
 
@@ -71,18 +72,16 @@ class Chip:
     def charge(self, nbytes: int) -> None:
         """Reserve ``nbytes`` of HBM or raise ``torch.OutOfMemoryError`` (nothing reserved)."""
         with self._lock:
-            live = self._drain() + nbytes
-            if live > self.capacity:
-                self.ooms += 1
-                message = self._oom_message(nbytes)
-            else:
-                message = None
+            live = (self._drain() if self._freed else self.live) + nbytes
+            if live <= self.capacity:
                 self.live = live
                 self.allocations += 1
                 if live > self.peak:
                     self.peak = live
-        if message is not None:
-            self._raise_oom(nbytes, message)
+                return
+            self.ooms += 1
+            message = self._oom_message(nbytes)
+        self._raise_oom(nbytes, message)
 
     def check(self, nbytes: int) -> None:
         """Raise ``torch.OutOfMemoryError`` if ``nbytes`` more would not fit (reserves nothing)."""
@@ -131,18 +130,33 @@ class Chip:
 
 
 class Block:
-    """The host memory behind one "tpu" storage: a CPU tensor, charged to the chip."""
+    """The host memory behind one "tpu" storage: a CPU tensor, charged to the chip.
 
-    __slots__ = ("tensor", "nbytes", "__weakref__")
+    ``meta`` caches the payload tensor's ``(size, stride, storage_offset, dtype)`` for the
+    kernels; whoever changes that tensor's shape in place sets it back to ``None``.
+    """
+
+    __slots__ = ("tensor", "nbytes", "meta")
 
     def __init__(self, tensor: torch.Tensor, nbytes: int) -> None:
         self.nbytes = 0  # if the charge raises, __del__ releases nothing
-        _CHIP.charge(nbytes)
+        chip = _CHIP
+        with chip._lock:  # Chip.charge's common case, inline: one block per op result
+            live = (chip._drain() if chip._freed else chip.live) + nbytes
+            fits = live <= chip.capacity
+            if fits:
+                chip.live = live
+                chip.allocations += 1
+                if live > chip.peak:
+                    chip.peak = live
+        if not fits:
+            chip.charge(nbytes)  # raises the out-of-memory error
         self.tensor = tensor
         self.nbytes = nbytes
+        self.meta = None
 
     def __del__(self) -> None:
-        _CHIP.release(self.nbytes)
+        _release(self.nbytes)
 
     def resize(self, tensor: torch.Tensor) -> None:
         """The payload was replaced or grown by an op (``resize_``, ``out=``)."""
@@ -153,9 +167,11 @@ class Block:
             _CHIP.release(self.nbytes - nbytes)
         self.tensor = tensor
         self.nbytes = nbytes
+        self.meta = None
 
 
 _CHIP = Chip(topology_from_env())
+_release = _CHIP._freed.append  # Chip.release, one call shorter (Block.__del__ is hot)
 
 
 def chip() -> Chip:

@@ -27,6 +27,7 @@ from .driver import PAYLOAD, Block, chip
 
 aten = torch.ops.aten
 _Tensor = torch.Tensor
+_Device = torch.device
 _CPU = torch.device("cpu")
 _create_empty = torch._C._acc.create_empty_tensor
 
@@ -87,7 +88,7 @@ def wrap(inner: _Tensor) -> _Tensor:
     offset = inner.storage_offset()
     if offset or not inner.is_contiguous():
         _set_metadata(outer, inner.size(), inner.stride(), offset)
-    setattr(outer.untyped_storage(), PAYLOAD, block)
+    outer.untyped_storage()._tpu_lab_block = block  # PAYLOAD, spelled out: a faster store
     return outer
 
 
@@ -104,15 +105,23 @@ def _no_payload() -> RuntimeError:
 
 
 def _view_of(block, x: _Tensor) -> _Tensor:
-    inner = block.tensor
+    """The CPU view of ``x``'s bytes in ``block``: the payload itself when ``x`` has its shape."""
+    meta = block.meta
+    if meta is None:
+        inner = block.tensor
+        meta = block.meta = (
+            inner.shape, inner.stride(), inner.storage_offset(), inner.dtype, inner.is_complex()
+        )  # fmt: skip
     if (
-        inner.storage_offset() == x.storage_offset()
-        and inner.stride() == x.stride()
-        and inner.size() == x.size()
-        and inner.dtype == x.dtype
-        and not (x.is_conj() or x.is_neg())
+        x.shape == meta[0]
+        and x.stride() == meta[1]
+        and x.storage_offset() == meta[2]
+        and x.dtype is meta[3]
+        and not x.is_neg()
+        and not (meta[4] and x.is_conj())  # only complex tensors have a conjugate bit
     ):
-        return inner
+        return block.tensor
+    inner = block.tensor
     if inner.dtype == x.dtype:
         view = inner.as_strided(x.size(), x.stride(), x.storage_offset())
     else:
@@ -175,35 +184,63 @@ def _wrap_results(out, args, uargs):
 
 
 # ---------------------------------------------------------------------------------------
-# Plans: one callable per op kind, chosen on the op's first call.
+# Plans: one closure ``plan(args, kwargs)`` per op, chosen on the op's first call. They run
+# for every op on the device, so they are written for speed: the C++ op is called directly
+# (``OpOverload._op``), and the common case (one fresh tensor result) skips the generic code.
 
 
 _meta_included = torch._C._meta_in_tls_dispatch_include
 _include_meta = torch._C._set_meta_in_tls_dispatch_include
+_chip = chip()
 
 
-def _run_view(op, args, kwargs):
-    previous = _meta_included()
-    _include_meta(True)
-    try:
-        return op(*args, **kwargs)
-    finally:
-        _include_meta(previous)
+def _view_plan(call):
+    """View ops: the Meta kernel on the outer tensor (the result shares its storage)."""
+
+    def plan(args, kwargs):
+        previous = _meta_included()
+        _include_meta(True)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _include_meta(previous)
+
+    return plan
 
 
-def _run_compute(op, strict, args, kwargs, kw_unwrap=True):
-    uargs = [_unwrap(a, strict) for a in args]
-    if kwargs and kw_unwrap:
-        kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
-    return _wrap_results(op(*uargs, **kwargs), args, uargs)
+def _compute_plan(call, strict: bool, kw_unwrap: bool):
+    """Most ops: the CPU kernel on the payloads; new results are wrapped as "tpu" tensors.
+
+    ``kw_unwrap`` is False when no keyword-only argument can hold a tensor or a device.
+    """
+
+    def plan(args, kwargs):
+        uargs = [_unwrap(a, strict) for a in args]
+        if kwargs and kw_unwrap:
+            kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
+        out = call(*uargs, **kwargs)
+        if out.__class__ is _Tensor and out.is_cpu:
+            for i, u in enumerate(uargs):
+                if out is u:  # the CPU kernel returned an input as is
+                    return args[i]
+            return wrap(out)
+        return _wrap_results(out, args, uargs)
+
+    return plan
 
 
-def _run_device_arg(plan, op, args, kwargs):
+def _device_arg_plan(plan, call):
     """Ops with a ``device`` argument: ``device='cpu'`` means CPU results, not "tpu" ones."""
-    device = kwargs.get("device")
-    if device is not None and torch.device(device).type == "cpu":
-        return _run_to_cpu(op, True, args, kwargs)
-    return plan(args, kwargs)
+
+    def run(args, kwargs):
+        device = kwargs.get("device")
+        if device is not None and (
+            device.type if device.__class__ is _Device else torch.device(device).type
+        ) == "cpu":
+            return _run_to_cpu(call, True, args, kwargs)
+        return plan(args, kwargs)
+
+    return run
 
 
 def _run_to_cpu(op, strict, args, kwargs):
@@ -239,10 +276,16 @@ def _run_mutating(op, strict, writes, returns, args, kwargs):
 
 
 def _sync_after_write(outer: _Tensor, inner: _Tensor) -> None:
-    """Ops such as ``resize_`` or ``out=`` may have resized (re-allocated) the payload."""
-    if inner.size() == outer.size() and inner.stride() == outer.stride():
+    """Ops such as ``resize_``, ``t_`` or ``out=`` may have changed the payload's shape or
+    re-allocated it: the outer tensor follows."""
+    if (
+        inner.size() == outer.size()
+        and inner.stride() == outer.stride()
+        and inner.storage_offset() == outer.storage_offset()
+    ):
         return
     block = getattr(outer.untyped_storage(), PAYLOAD)
+    block.meta = None  # the payload tensor itself may be the one whose shape changed
     if inner.untyped_storage().data_ptr() != block.tensor.untyped_storage().data_ptr() or (
         inner.untyped_storage().nbytes() != block.nbytes
     ):
@@ -267,37 +310,52 @@ def _alloc_bytes(size_at, like_at, args, kwargs) -> int | None:
     return numel * (dtype or torch.get_default_dtype()).itemsize
 
 
-def _run_factory(op, size_at, like_at, args, kwargs):
-    nbytes = _alloc_bytes(size_at, like_at, args, kwargs)
-    c = chip()
-    # Check before the host allocation: a 40 GiB request on a 32 GiB chip must not try to
-    # allocate 40 GiB of host memory first. (``live`` read without the lock can only be too
-    # high, by frees not yet applied: check() then decides exactly.)
-    if nbytes and c.live + nbytes > c.capacity:
-        c.check(nbytes)
-    return _run_compute(op, True, args, kwargs)
+def _factory_plan(compute, size_at, like_at):
+    def plan(args, kwargs):
+        nbytes = _alloc_bytes(size_at, like_at, args, kwargs)
+        # Check before the host allocation: a 40 GiB request on a 32 GiB chip must not try to
+        # allocate 40 GiB of host memory first. (``live`` read without the lock can only be too
+        # high, by frees not yet applied: check() then decides exactly.)
+        if nbytes and _chip.live + nbytes > _chip.capacity:
+            _chip.check(nbytes)
+        return compute(args, kwargs)
+
+    return plan
 
 
-def _run_random(plan, gen_index, args, kwargs):
+def _random_plan(plan, gen_index: int):
     """Random ops draw from the device's own generator (seeded like CPU's) unless given one."""
-    if gen_index < len(args):
-        if args[gen_index] is None:
-            args = (*args[:gen_index], default_generator, *args[gen_index + 1 :])
-    elif kwargs.get("generator") is None:
-        kwargs = {**kwargs, "generator": default_generator}
-    return plan(args, kwargs)
 
-
-def _run_seeded(plan, args, kwargs):
-    """Random ops without a ``generator`` argument draw from the CPU's default generator:
-    lend it the device generator's state for the call."""
-    cpu_state = _cpu_generator.get_state()
-    _cpu_generator.set_state(default_generator.get_state())
-    try:
+    def run(args, kwargs):
+        if gen_index < len(args):
+            if args[gen_index] is None:
+                args = (*args[:gen_index], default_generator, *args[gen_index + 1 :])
+        elif kwargs.get("generator") is None:
+            kwargs = {**kwargs, "generator": default_generator}
         return plan(args, kwargs)
-    finally:
-        default_generator.set_state(_cpu_generator.get_state())
-        _cpu_generator.set_state(cpu_state)
+
+    return run
+
+
+def _seeded_plan(plan, dropout_at: int | None):
+    """Random ops without a ``generator`` argument draw from the CPU's default generator:
+    lend it the device generator's state for the call. (Attention with ``dropout_p=0``
+    draws nothing: it runs as is.)"""
+
+    def run(args, kwargs):
+        if dropout_at is not None:
+            p = args[dropout_at] if dropout_at < len(args) else kwargs.get("dropout_p", 0.0)
+            if p == 0:
+                return plan(args, kwargs)
+        cpu_state = _cpu_generator.get_state()
+        _cpu_generator.set_state(default_generator.get_state())
+        try:
+            return plan(args, kwargs)
+        finally:
+            default_generator.set_state(_cpu_generator.get_state())
+            _cpu_generator.set_state(cpu_state)
+
+    return run
 
 
 _cpu_generator = torch.default_generator
@@ -316,38 +374,40 @@ def _is_view(schema) -> bool:
     )
 
 
-def _run_sync(plan, args, kwargs):
+def _sync_plan(plan):
     """``.item()`` (and ``bool(tensor)``, ``int(tensor)``...): the host waits for the device."""
-    sync_point("item")
-    if hooks.observers:
-        hooks.emit("sync", reason="item", nbytes=args[0].element_size())
-    return plan(args, kwargs)
+
+    def run(args, kwargs):
+        sync_point("item")
+        if hooks.observers:
+            hooks.emit("sync", reason="item", nbytes=args[0].element_size())
+        return plan(args, kwargs)
+
+    return run
 
 
 def _plan(qualname: str):
-    plan = _base_plan(qualname)
+    name, _, overload = qualname.partition(".")
+    op = getattr(getattr(aten, name), overload or "default")
+    plan = _base_plan(op, name)
     if qualname == "_local_scalar_dense":
-        return partial(_run_sync, plan)
-    op = plan.args[0]
-    if plan.func in (_run_compute, _run_view):  # call the C++ op directly, skipping OpOverload
-        plan = partial(plan.func, op._op, *plan.args[1:], **plan.keywords)
+        return _sync_plan(plan)
     arg_names = [a.name for a in op._schema.arguments]
     if "generator" in arg_names:
-        plan = partial(_run_random, plan, arg_names.index("generator"))
+        plan = _random_plan(plan, arg_names.index("generator"))
     elif torch.Tag.nondeterministic_seeded in op.tags:
-        plan = partial(_run_seeded, plan)
+        dropout_at = arg_names.index("dropout_p") if "dropout_p" in arg_names else None
+        plan = _seeded_plan(plan, dropout_at)
     if "device" in arg_names:
-        plan = partial(_run_device_arg, plan, op)
+        plan = _device_arg_plan(plan, op._op)
     return plan
 
 
-def _base_plan(qualname: str):
-    name, _, overload = qualname.partition(".")
-    op = getattr(getattr(aten, name), overload or "default")
+def _base_plan(op, name: str):
     schema = op._schema
     strict = name not in _CPU_INDICES_OK
     if _is_view(schema) or op in _META_SET:
-        return partial(_run_view, op)
+        return _view_plan(op._op)
     if schema.is_mutable:
         written = {
             (i if not a.kwarg_only else a.name): a.alias_info.before_set
@@ -360,19 +420,20 @@ def _base_plan(qualname: str):
             else None
             for r in schema.returns
         ]
-        return partial(_run_mutating, op, strict, list(written), returns)
+        return partial(_run_mutating, op._op, strict, list(written), returns)
     arg_names = [a.name for a in schema.arguments]
-    if "size" in arg_names or name.endswith("_like"):
-        size_at = arg_names.index("size") if "size" in arg_names else None
-        like_at = arg_names.index("self") if "self" in arg_names else None
-        return partial(_run_factory, op, size_at, like_at)
     # keyword-only arguments (alpha=, dtype=, out=...) need unwrapping only if one can hold a
     # tensor or a device
     kw_unwrap = any(
         a.kwarg_only and ("Tensor" in str(a.type) or "Device" in str(a.type))
         for a in schema.arguments
     )
-    return partial(_run_compute, op, strict, kw_unwrap=kw_unwrap)
+    compute = _compute_plan(op._op, strict, kw_unwrap)
+    if "size" in arg_names or name.endswith("_like"):
+        size_at = arg_names.index("size") if "size" in arg_names else None
+        like_at = arg_names.index("self") if "self" in arg_names else None
+        return _factory_plan(compute, size_at, like_at)
+    return compute
 
 
 #: Set while the eager mode is DEFER_AND_FUSE: called with every op (see fuse.py).
@@ -390,10 +451,10 @@ def _kernel(qualname: str):
 
     def kernel(*args, **kwargs):
         nonlocal plan
-        if plan is None:
-            plan = _plan(qualname)
         if recorder is not None:
             recorder(qualname, args, kwargs)
+        if plan is None:
+            plan = _plan(qualname)
         return plan(args, kwargs)
 
     return kernel
