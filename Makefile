@@ -2,10 +2,14 @@
 #   make run    set up .venv and run the main job (doctor + terminal tour of the "tpu" device)
 #   make test   set up .venv with the test dependencies (and .venv-torchtpu with the real
 #               torch-tpu, for the contract tests) and run every test
+# and:
+#   make lab        the teaching notebooks in JupyterLab, on 127.0.0.1
+#   make notebooks  re-execute the notebooks and store their outputs
+#   make bench      every benchmark; the report in benchmarks/results/
 VENV ?= .venv
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench
+.PHONY: run test lab notebooks bench
 
 run:
 	VENV=$(VENV) scripts/setup.sh hf
@@ -17,6 +21,14 @@ test:
 	scripts/setup_torchtpu_env.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+lab:
+	VENV=$(VENV) scripts/setup.sh dev
+	$(VENV)/bin/jupyter lab --ip 127.0.0.1 notebooks/
+
+notebooks:
+	VENV=$(VENV) scripts/setup.sh dev
+	$(VENV)/bin/python scripts/notebooks.py run
 
 bench:
 	VENV=$(VENV) scripts/setup.sh dev
