@@ -15,12 +15,22 @@ from __future__ import annotations
 import torch
 
 from . import kernels
-from .kernels import NoPayloadError, _unwrap, _wrap_results, storage_data_ptr
+from .kernels import (
+    NoPayloadError,
+    _binding_of,
+    _dispatch_modes,
+    _function_mode,
+    _Probe,
+    _unwrap,
+    _wrap_results,
+    storage_data_ptr,
+)
 
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 _autocast_enabled = torch.is_autocast_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
 # Random composites would draw from the CPU generator on the payloads: keep them decomposed so
 # the random ops inside use the device's generator (dropout has a kernel of its own below).
 _RANDOM = frozenset({"feature_dropout", "alpha_dropout", "feature_alpha_dropout", "rrelu"})
@@ -58,20 +68,52 @@ _FRESH = frozenset(
 )  # fmt: skip
 
 
+def _same(a, b) -> bool:
+    if isinstance(a, _Tensor):
+        return (
+            isinstance(b, _Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and a.stride() == b.stride()
+            and torch.equal(a, b)
+        )
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+def _probe_binding(call, binding, uargs, ukwargs):
+    """A composite's first calls: the op itself, then its Python binding, each under a probe.
+    Returns the op's result and whether the binding ran the same ATen ops to the same result
+    (it is then used from now on: it parses its arguments faster)."""
+    first, second = _Probe(), _Probe()
+    with first:
+        out = call(*uargs, **ukwargs)
+    try:
+        with second:
+            other = binding(*uargs, **ukwargs)
+    except Exception:  # a binding for other arguments
+        return out, False
+    return out, first.seen == second.seen and _same(out, other)
+
+
 def _kernel(qualname: str):
-    op = call = None
+    op = call = binding = None
+    tries = 3
     fresh = qualname.partition(".")[0] in _FRESH
 
     def kernel(*args, **kwargs):
-        nonlocal op, call
+        nonlocal op, call, binding, tries
         if op is None:
             name, _, overload = qualname.partition(".")
             op = getattr(getattr(torch.ops.aten, name), overload or "default")
             call = op._op
+            if _binding_of(op) is None:
+                tries = 0
         if kernels.recorder is not None:
             kernels.recorder(qualname, args, kwargs)
         if not (
-            _autocast_enabled("tpu")
+            (_any_autocast() and _autocast_enabled("tpu"))
             or (_grad_enabled() and (_needs_grad(args) or _needs_grad(kwargs.values())))
         ):
             try:
@@ -79,7 +121,17 @@ def _kernel(qualname: str):
                 ukwargs = {k: _unwrap(v, True) for k, v in kwargs.items()} if kwargs else kwargs
             except NoPayloadError:  # tracing: fake tensors decompose as usual
                 return decompose(*args, **kwargs)
-            out = call(*uargs, **ukwargs)
+            if binding is not None and not _function_mode():
+                out = binding(*uargs, **ukwargs)
+            elif tries and not _function_mode() and not _dispatch_modes():
+                tries -= 1
+                out, same = _probe_binding(call, _binding_of(op), uargs, ukwargs)
+                if same:
+                    binding = _binding_of(op)
+                else:
+                    tries = 0
+            else:
+                out = call(*uargs, **ukwargs)
             if fresh or not _aliases_input(out, uargs):
                 return _wrap_results(out, args, uargs)
         return decompose(*args, **kwargs)

@@ -21,6 +21,7 @@ import math
 from functools import partial
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import fuse, hooks
 from .driver import PAYLOAD, Block, chip
@@ -194,13 +195,92 @@ _include_meta = torch._C._set_meta_in_tls_dispatch_include
 _chip = chip()
 
 
-def _view_plan(call):
+# The C++ op is reached fastest through its Python binding (``torch.mul``, ``Tensor.view``...):
+# the binding parses its arguments several times faster than ``OpOverload._op`` (an
+# ``as_strided`` costs half as much). Which overload a binding runs depends on the arguments,
+# so an op adopts its binding only after its first call through the binding was seen (by a
+# dispatch mode) to run exactly this overload. Bindings are skipped while a
+# ``TorchFunctionMode`` is active: they would show the mode the ops run on the payloads.
+_BINDINGS = (
+    torch._C._VariableFunctions,
+    torch._C._nn,
+    torch._C._special,
+    torch._C._linalg,
+    torch._C._fft,
+    torch._C.TensorBase,
+)
+_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+class _Probe(TorchDispatchMode):
+    """Records the ATen ops a call dispatches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+class _Binding:
+    """The Python binding of one op, once it was seen to run that op (``fn``, else None)."""
+
+    __slots__ = ("op", "fn", "tries")
+
+    def __init__(self, op, allowed: bool) -> None:
+        self.op = op
+        self.fn = None
+        # probes left: a first call may fail for reasons of its own (bad arguments)
+        self.tries = 3 if allowed and _binding_of(op) is not None else 0
+
+    def probe(self, args, kwargs):
+        """Run the op through its binding under a probe: ``(True, result)`` if the binding ran
+        exactly this op (it is adopted), else ``(False, None)`` (the result is dropped: the
+        caller runs the op itself)."""
+        if _dispatch_modes():
+            return False, None
+        self.tries -= 1
+        probe = _Probe()
+        try:
+            with probe:
+                out = _binding_of(self.op)(*args, **kwargs)
+        except Exception:  # a binding for other arguments: the op itself raises or runs
+            return False, None
+        if probe.seen != [self.op]:
+            self.tries = 0
+            return False, None
+        self.fn = _binding_of(self.op)
+        return True, out
+
+
+def _binding_of(op):
+    name = op._schema.name.partition("::")[2]
+    for namespace in _BINDINGS:
+        fn = getattr(namespace, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+def _view_plan(op, bindings: bool):
     """View ops: the Meta kernel on the outer tensor (the result shares its storage)."""
+    call = op._op
+    binding = _Binding(op, bindings)
 
     def plan(args, kwargs):
         previous = _meta_included()
         _include_meta(True)
         try:
+            fn = binding.fn
+            if fn is not None and not _function_mode():
+                return fn(*args, **kwargs)
+            if binding.tries and not _function_mode():
+                ran, out = binding.probe(args, kwargs)
+                if ran:
+                    return out
             return call(*args, **kwargs)
         finally:
             _include_meta(previous)
@@ -208,17 +288,28 @@ def _view_plan(call):
     return plan
 
 
-def _compute_plan(call, strict: bool, kw_unwrap: bool):
+def _compute_plan(op, strict: bool, kw_unwrap: bool, bindings: bool):
     """Most ops: the CPU kernel on the payloads; new results are wrapped as "tpu" tensors.
 
-    ``kw_unwrap`` is False when no keyword-only argument can hold a tensor or a device.
+    ``kw_unwrap`` is False when no keyword-only argument can hold a tensor or a device;
+    ``bindings`` is False for ops that may not use their Python binding (random ones).
     """
+    call = op._op
+    binding = _Binding(op, bindings)
 
     def plan(args, kwargs):
         uargs = [_unwrap(a, strict) for a in args]
         if kwargs and kw_unwrap:
             kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
-        out = call(*uargs, **kwargs)
+        fn = binding.fn
+        if fn is not None and not _function_mode():
+            out = fn(*uargs, **kwargs)
+        else:
+            ran = False
+            if binding.tries and not _function_mode():
+                ran, out = binding.probe(uargs, kwargs)
+            if not ran:
+                out = call(*uargs, **kwargs)
         if out.__class__ is _Tensor and out.is_cpu:
             for i, u in enumerate(uargs):
                 if out is u:  # the CPU kernel returned an input as is
@@ -389,10 +480,12 @@ def _sync_plan(plan):
 def _plan(qualname: str):
     name, _, overload = qualname.partition(".")
     op = getattr(getattr(aten, name), overload or "default")
-    plan = _base_plan(op, name)
+    arg_names = [a.name for a in op._schema.arguments]
+    # a random op must not run twice (a binding's probe may run it and drop the result)
+    random = "generator" in arg_names or torch.Tag.nondeterministic_seeded in op.tags
+    plan = _base_plan(op, name, bindings=not random)
     if qualname == "_local_scalar_dense":
         return _sync_plan(plan)
-    arg_names = [a.name for a in op._schema.arguments]
     if "generator" in arg_names:
         plan = _random_plan(plan, arg_names.index("generator"))
     elif torch.Tag.nondeterministic_seeded in op.tags:
@@ -403,11 +496,11 @@ def _plan(qualname: str):
     return plan
 
 
-def _base_plan(op, name: str):
+def _base_plan(op, name: str, bindings: bool):
     schema = op._schema
     strict = name not in _CPU_INDICES_OK
     if _is_view(schema) or op in _META_SET:
-        return _view_plan(op._op)
+        return _view_plan(op, bindings)
     if schema.is_mutable:
         written = {
             (i if not a.kwarg_only else a.name): a.alias_info.before_set
@@ -428,7 +521,7 @@ def _base_plan(op, name: str):
         a.kwarg_only and ("Tensor" in str(a.type) or "Device" in str(a.type))
         for a in schema.arguments
     )
-    compute = _compute_plan(op._op, strict, kw_unwrap)
+    compute = _compute_plan(op, strict, kw_unwrap, bindings)
     if "size" in arg_names or name.endswith("_like"):
         size_at = arg_names.index("size") if "size" in arg_names else None
         like_at = arg_names.index("self") if "self" in arg_names else None
