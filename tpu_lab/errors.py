@@ -20,3 +20,7 @@ class BackendConflictError(TpuLabError, RuntimeError):
 
 class NotSimulatedError(TpuLabError, NotImplementedError):
     """A TorchTPU feature that only exists on real TPU hardware."""
+
+
+class SpmdError(TpuLabError, RuntimeError):
+    """An SPMD cell failed on some ranks (raised, died or hung), or the cluster is not running."""

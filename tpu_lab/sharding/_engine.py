@@ -1,0 +1,107 @@
+"""What runs inside each engine of a :mod:`tpu_lab.sharding.cluster`: one rank, one chip.
+
+The cluster calls these functions on its engines (ipyparallel ``apply``); the user's cell runs
+in the engine's IPython namespace between :func:`before_cell` and :func:`after_cell`.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+_snapshot: dict = {}
+
+
+def setup(rank: int, world_size: int, store_path: str, timeout_s: float) -> dict:
+    """Join the ``tpu_dist`` process group as ``rank``; bind this process to its one chip."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    import torch
+    import torch.distributed as dist
+
+    import tpu_lab
+
+    from .tpu_dist import register
+
+    backend = register()
+    # As transformers does: this process drives one chip, always tpu:0.
+    torch.accelerator.set_device_index(torch.accelerator.current_device_index())
+    dist.init_process_group(
+        backend,
+        store=dist.FileStore(store_path, world_size),
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    status = tpu_lab.status()
+    return {
+        "rank": rank,
+        "pid": os.getpid(),
+        "backend": status.backend,
+        "device": status.device_name,
+    }
+
+
+def _user_ns() -> dict:
+    from IPython import get_ipython
+
+    return get_ipython().user_ns
+
+
+def before_cell() -> None:
+    from ..events import log
+
+    events = log.events()
+    _snapshot["names"] = {k: id(v) for k, v in _user_ns().items() if not k.startswith("_")}
+    _snapshot["seq"] = events[-1].seq if events else 0
+
+
+def after_cell() -> dict:
+    """The DTensors (and modules holding DTensors) the cell bound, and the events it caused."""
+    from ..events import log
+
+    before = _snapshot.get("names", {})
+    seq = _snapshot.get("seq", 0)
+    sharded = {}
+    for name, value in list(_user_ns().items()):
+        if name.startswith("_") or before.get(name) == id(value):
+            continue
+        summary = _describe(value)
+        if summary is not None:
+            sharded[name] = summary
+    events = [(e.kind, e.summary) for e in log.events() if e.seq > seq]
+    return {"sharding": sharded, "events": events}
+
+
+def _describe(value) -> dict | None:
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from .info import sharding_info
+
+    if isinstance(value, DTensor):
+        local = value.to_local()
+        return {
+            "kind": "tensor",
+            "global_shape": tuple(value.shape),
+            "dtype": str(value.dtype).removeprefix("torch."),
+            "mesh_shape": tuple(value.device_mesh.shape),
+            "placements": tuple(str(p) for p in value.placements),
+            "local_shape": tuple(local.shape),
+            "local_bytes": local.numel() * local.element_size(),
+            "info": sharding_info(value),
+        }
+    if isinstance(value, torch.nn.Module):
+        tensors = [*value.parameters(), *value.buffers()]
+        sharded = [t for t in tensors if isinstance(t, DTensor)]
+        if not sharded:
+            return None
+        local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
+        return {
+            "kind": "module",
+            "class": type(value).__name__,
+            "tensors": len(tensors),
+            "sharded": len(sharded),
+            "global_bytes": sum(t.numel() * t.element_size() for t in tensors),
+            "local_bytes": sum(t.numel() * t.element_size() for t in local),
+        }
+    return None

@@ -1,0 +1,499 @@
+"""SPMD cells on one process per chip, as TorchTPU runs multi-chip work.
+
+``start("v6e-4")`` launches an ipyparallel controller and one engine per chip, all bound to
+127.0.0.1; each engine is one rank of a ``torch.distributed`` process group under TorchTPU's
+backend name ``"tpu_dist"`` (gloo on the bundled device, TorchTPU's own on a TPU VM) and drives
+its own chip, ``tpu:0``. ``run_cell(source)`` runs a cell on every rank and returns an
+:class:`SpmdResult`: rank 0's output and result, the sharding of the DTensors the cell bound,
+and the events of every rank. A rank that raises, dies or hangs is reported with
+:class:`~tpu_lab.errors.SpmdError`; ``restart()`` brings up a fresh cluster; ``stop()`` (and
+the interpreter's exit) leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SpmdError
+from ..views.base import View, clip, esc, terminal_width
+from . import _engine
+from ._launch import PARENT_ENV
+
+#: Environment variable marking every process of one cluster (used to find and stop them).
+CLUSTER_ENV = "TPU_LAB_CLUSTER"
+#: Seconds a collective may wait for the other ranks before gloo gives up.
+COLLECTIVE_TIMEOUT_S = 120.0
+#: Seconds the other ranks get to finish after one rank failed.
+GRACE_S = 5.0
+
+_lock = threading.RLock()
+_current: Cluster | None = None
+
+
+@dataclass(frozen=True)
+class Rank:
+    rank: int
+    engine_id: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    rank: int
+    pid: int
+    reason: str  # "raised" | "died" | "hung"
+    traceback: str
+
+    def describe(self) -> str:
+        head = {
+            "raised": f"rank {self.rank} (pid {self.pid}) raised",
+            "died": f"rank {self.rank} (pid {self.pid}) died",
+            "hung": f"rank {self.rank} (pid {self.pid}) did not finish",
+        }[self.reason]
+        return f"{head}:\n{self.traceback}".rstrip()
+
+
+@dataclass(frozen=True)
+class ShardedValue:
+    """A DTensor (or a module holding DTensors) the cell bound, gathered from every rank."""
+
+    name: str
+    kind: str  # "tensor" | "module"
+    description: str
+    local_bytes: tuple[int, ...]
+    info: object | None = None  # tpu_lab.sharding.ShardingInfo of a tensor
+
+
+@dataclass(frozen=True)
+class SpmdResult(View):
+    """One SPMD cell: rank 0's output and result, gathered sharding, every rank's events."""
+
+    topology: str
+    ranks: int
+    seconds: float
+    stdout: str
+    stderr: str
+    result: dict[str, str] | None
+    sharding: tuple[ShardedValue, ...]
+    events: tuple[tuple[tuple[str, str], ...], ...] = field(default=())
+
+    def event_counts(self, rank: int) -> dict[str, int]:
+        return dict(Counter(kind for kind, _ in self.events[rank]))
+
+    def _event_lines(self) -> list[str]:
+        lines = []
+        for rank, _ in enumerate(self.events):
+            counts = self.event_counts(rank)
+            text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+            lines.append(f"rank {rank}: {text}")
+        return lines
+
+    def _sharding_rows(self) -> list[tuple[str, str, str]]:
+        from ..device import format_bytes
+
+        return [
+            (v.name, v.description, " / ".join(format_bytes(b) for b in v.local_bytes))
+            for v in self.sharding
+        ]
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        out = [
+            clip(f"SPMD cell on {self.ranks} ranks ({self.topology}), {self.seconds:.2f} s", width)
+        ]
+        if self.stdout:
+            out += ["rank 0 output:", self.stdout.rstrip("\n")]
+        if self.stderr:
+            out += ["rank 0 stderr:", self.stderr.rstrip("\n")]
+        if self.result is not None:
+            out += ["result (rank 0):", self.result.get("text/plain", "")]
+        rows = self._sharding_rows()
+        if rows:
+            out.append("sharding (bytes on each rank):")
+            out += [clip(f"  {n}  {d}  [{b}]", width) for n, d, b in rows]
+        out.append("events:")
+        out += [clip(f"  {line}", width) for line in self._event_lines()]
+        return "\n".join(out)
+
+    def to_html(self) -> str:
+        parts = [
+            f"<div class='tpu-lab-spmd'><b>SPMD cell on {self.ranks} ranks "
+            f"({esc(self.topology)})</b>, {self.seconds:.2f} s"
+        ]
+        if self.stdout:
+            parts.append(f"<div>rank 0 output</div><pre>{esc(self.stdout)}</pre>")
+        if self.stderr:
+            parts.append(f"<div>rank 0 stderr</div><pre>{esc(self.stderr)}</pre>")
+        if self.result is not None:
+            html = self.result.get("text/html")
+            body = html if html else f"<pre>{esc(self.result.get('text/plain', ''))}</pre>"
+            parts.append(f"<div>result (rank 0)</div>{body}")
+        rows = self._sharding_rows()
+        if rows:
+            cells = "".join(
+                f"<tr><td><code>{esc(n)}</code></td><td>{esc(d)}</td><td>{esc(b)}</td></tr>"
+                for n, d, b in rows
+            )
+            parts.append(
+                "<table><tr><th>name</th><th>layout</th><th>bytes on each rank</th></tr>"
+                f"{cells}</table>"
+            )
+        items = "".join(f"<li>{esc(line)}</li>" for line in self._event_lines())
+        parts.append(f"<div>events</div><ul>{items}</ul></div>")
+        return "".join(parts)
+
+
+def _gather(per_rank: list[dict]) -> tuple[ShardedValue, ...]:
+    values = []
+    for name, first in per_rank[0]["sharding"].items():
+        local = tuple(r["sharding"].get(name, {}).get("local_bytes", 0) for r in per_rank)
+        if first["kind"] == "tensor":
+            shape = "x".join(map(str, first["global_shape"]))
+            desc = (
+                f"{first['dtype']}[{shape}] on mesh {first['mesh_shape']} "
+                f"{', '.join(first['placements'])}"
+            )
+            values.append(ShardedValue(name, "tensor", desc, local, first["info"]))
+        else:
+            desc = f"{first['class']}: {first['sharded']} of {first['tensors']} tensors sharded"
+            values.append(ShardedValue(name, "module", desc, local))
+    return tuple(values)
+
+
+class Cluster(View):
+    """An ipyparallel controller and one engine per chip of ``topology``, on 127.0.0.1."""
+
+    def __init__(self, topology: str = "v6e-4", *, collective_timeout_s=COLLECTIVE_TIMEOUT_S):
+        from ..device.topology import parse_topology
+
+        self.topology = parse_topology(topology)
+        self.collective_timeout_s = float(collective_timeout_s)
+        self.state = "stopped"
+        self.ranks: tuple[Rank, ...] = ()
+        self.failures: tuple[RankFailure, ...] = ()
+        self.ready_seconds: float | None = None
+        self._ipp = None
+        self._client = None
+        self._folder: str | None = None
+        self._id: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.topology.devices
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 120.0) -> Cluster:
+        try:
+            import ipyparallel as ipp
+        except ImportError as exc:
+            raise SpmdError(
+                "The cluster needs ipyparallel: pip install 'tpu-lab[cluster]'"
+            ) from exc
+        if self.state != "stopped":
+            raise SpmdError(f"The cluster is already {self.state}; stop() or restart() it.")
+        started = time.perf_counter()
+        self.state = "starting"
+        self.failures = ()
+        self._folder = tempfile.mkdtemp(prefix="tpu-lab-cluster-")
+        self._id = os.path.basename(self._folder)
+        launch = [sys.executable, str(Path(_engine.__file__).with_name("_launch.py"))]
+        env = {
+            "TPU_LAB_TOPOLOGY": self.topology.name,
+            CLUSTER_ENV: self._id,
+            PARENT_ENV: str(os.getpid()),
+        }
+        self._ipp = cluster = ipp.Cluster(
+            n=self.world_size,
+            controller_ip="127.0.0.1",
+            controller_args=["--usethreads"],
+            profile_dir=self._folder,
+            load_profile=False,
+            shutdown_atexit=False,
+            delay=0,
+            engine_timeout=int(timeout_s),
+            log_level=40,
+        )
+        config = cluster.config
+        config.LocalControllerLauncher.controller_cmd = [*launch, "ipyparallel.controller"]
+        config.LocalControllerLauncher.environment = env
+        config.LocalEngineSetLauncher.engine_cmd = [*launch, "ipyparallel.engine"]
+        config.LocalEngineSetLauncher.engine_args = ["--IPEngine.enable_nanny=False"]
+        config.LocalEngineSetLauncher.environment = env
+        try:
+            self._client = cluster.start_and_connect_sync(n=self.world_size)
+            self._client.wait_for_engines(self.world_size, timeout=timeout_s)
+            ids = sorted(self._client.ids)[: self.world_size]
+            store = os.path.join(self._folder, "store")
+            replies = [
+                self._client[eid].apply_async(
+                    _engine.setup, rank, self.world_size, store, self.collective_timeout_s
+                )
+                for rank, eid in enumerate(ids)
+            ]
+            infos = [r.get(timeout=timeout_s) for r in replies]
+        except BaseException as exc:
+            self._teardown()
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise SpmdError(f"The {self.topology.name} cluster did not start: {exc}") from exc
+        self.ranks = tuple(
+            Rank(i["rank"], eid, i["pid"]) for i, eid in zip(infos, ids, strict=True)
+        )
+        self.backend = infos[0]["backend"]
+        self.state = "ready"
+        self.ready_seconds = time.perf_counter() - started
+        return self
+
+    def stop(self) -> None:
+        """Stop the controller and every engine; leaves no process behind."""
+        self._teardown()
+
+    def restart(self) -> Cluster:
+        self.stop()
+        return self.start()
+
+    def processes(self) -> list:
+        """Every live process of this cluster (controller, engines, their children)."""
+        import psutil
+
+        if self._id is None:
+            return []
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get(CLUSTER_ENV) == self._id and proc.status() != "zombie":
+                    found.append(proc)
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    def _teardown(self) -> None:
+        import psutil
+
+        if self._client is not None:
+            # a broken connection must not stop the teardown
+            with contextlib.suppress(Exception):
+                self._client.close()
+        procs = self.processes()
+        for proc in procs:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                continue
+        _, alive = psutil.wait_procs(procs, timeout=3)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                continue
+        psutil.wait_procs(alive, timeout=3)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+        self._ipp = self._client = None
+        self.ranks = ()
+        self.state = "stopped"
+
+    # -- running cells -----------------------------------------------------------------------
+
+    def run_cell(self, source: str, timeout_s: float | None = None) -> SpmdResult:
+        """Run ``source`` on every rank; rank 0's output, the gathered sharding, the events."""
+        if self.state != "ready":
+            raise SpmdError(
+                f"The cluster is {self.state}. "
+                + (
+                    "Start it with %tpu cluster start v6e-4."
+                    if self.state == "stopped"
+                    else "Restart it with %tpu cluster restart (or cluster.restart())."
+                )
+            )
+        client = self._client
+        view = client[[r.engine_id for r in self.ranks]]
+        self.failures = ()
+        started = time.perf_counter()
+        view.apply_sync(_engine.before_cell)
+        runs = [client[r.engine_id].execute(source, block=False, silent=False) for r in self.ranks]
+        self._wait(runs, timeout_s)
+        failures = [
+            RankFailure(rank.rank, rank.pid, "raised", _traceback(run))
+            for rank, run in zip(self.ranks, runs, strict=True)
+            if not run.successful()
+        ]
+        if failures:
+            self.failures = tuple(failures)
+            raise SpmdError(_failure_message(failures, self.world_size))
+        gathered = view.apply_sync(_engine.after_cell)
+        first = runs[0].get()
+        result = first.execute_result.get("data") if first.execute_result else None
+        return SpmdResult(
+            topology=self.topology.name,
+            ranks=self.world_size,
+            seconds=time.perf_counter() - started,
+            stdout=runs[0].stdout,
+            stderr=runs[0].stderr,
+            result=result,
+            sharding=_gather(gathered),
+            events=tuple(tuple(map(tuple, g["events"])) for g in gathered),
+        )
+
+    def _wait(self, runs, timeout_s: float | None) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        first_error = None
+        while not all(run.ready() for run in runs):
+            runs[0].wait(0.05) if not runs[0].ready() else time.sleep(0.05)
+            dead = [r for r in self.ranks if not _alive(r.pid)]
+            if dead:
+                self.state = "broken"
+                failures = [RankFailure(r.rank, r.pid, "died", _exit_text(r.pid)) for r in dead]
+                self.failures = tuple(failures)
+                raise SpmdError(_failure_message(failures, self.world_size))
+            now = time.monotonic()
+            if first_error is None and any(run.ready() and not run.successful() for run in runs):
+                first_error = now
+            late = first_error is not None and now - first_error > GRACE_S
+            if late or (deadline is not None and now > deadline):
+                self.state = "broken"
+                failures = []
+                for rank, run in zip(self.ranks, runs, strict=True):
+                    if run.ready() and not run.successful():
+                        failures.append(RankFailure(rank.rank, rank.pid, "raised", _traceback(run)))
+                    elif not run.ready():
+                        why = (
+                            "still running, probably waiting in a collective for the failed ranks"
+                            if late
+                            else f"still running after {timeout_s} s"
+                        )
+                        failures.append(RankFailure(rank.rank, rank.pid, "hung", why))
+                self.failures = tuple(failures)
+                raise SpmdError(_failure_message(failures, self.world_size))
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def _rows(self) -> list[tuple[str, str, str]]:
+        failed = {f.rank: f.reason for f in self.failures}
+        rows = []
+        for r in self.ranks:
+            state = failed.get(r.rank) or ("running" if _alive(r.pid) else "exited")
+            rows.append((str(r.rank), str(r.pid), state))
+        return rows
+
+    def _title(self) -> str:
+        ready = f", ready in {self.ready_seconds:.1f} s" if self.ready_seconds is not None else ""
+        return f"tpu_lab cluster {self.topology.name}: {self.state}{ready}"
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        lines = [clip(self._title(), width)]
+        if self.ranks:
+            lines.append(f"backend {getattr(self, 'backend', '?')}, process group 'tpu_dist'")
+            lines.append("rank  pid      state")
+            lines += [f"{r:<5} {p:<8} {s}" for r, p, s in self._rows()]
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        rows = "".join(
+            f"<tr><td>{r}</td><td>{p}</td><td>{esc(s)}</td></tr>" for r, p, s in self._rows()
+        )
+        table = f"<table><tr><th>rank</th><th>pid</th><th>state</th></tr>{rows}</table>"
+        body = table if rows else ""
+        return f"<div class='tpu-lab-cluster'><b>{esc(self._title())}</b>{body}</div>"
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _exit_text(pid: int) -> str:
+    import psutil
+
+    try:
+        code = psutil.Process(pid).wait(0)  # our child: reaps it and reads its status
+    except (psutil.Error, ChildProcessError):
+        return "the process is gone"
+    if code is not None and code < 0:
+        return f"the process was killed by signal {signal.Signals(-code).name}"
+    return f"the process exited with status {code}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _traceback(run) -> str:
+    """The remote traceback of a failed run, without terminal colours."""
+    try:
+        run.get(0)
+    except Exception as error:  # noqa: BLE001 (the remote error, whatever its type)
+        text = getattr(error, "traceback", None) or f"{type(error).__name__}: {error}"
+        return _ANSI.sub("", text if isinstance(text, str) else "\n".join(text))
+    return ""
+
+
+def _failure_message(failures: list[RankFailure], world: int) -> str:
+    ranks = ", ".join(str(f.rank) for f in failures)
+    broken = any(f.reason in ("died", "hung") for f in failures)
+    fix = (
+        "\nThe cluster must be restarted: %tpu cluster restart (or cluster.restart())."
+        if broken
+        else ""
+    )
+    body = "\n\n".join(f.describe() for f in failures)
+    return f"The cell failed on {len(failures)} of {world} ranks ({ranks}).{fix}\n\n{body}"
+
+
+# -- module-level controller (what %tpu cluster calls) ----------------------------------------
+
+
+def start(topology: str = "v6e-4") -> Cluster:
+    """Start the cluster for ``topology`` (one engine per chip); returns the running one if it
+    already runs that topology."""
+    global _current
+    with _lock:
+        if _current is not None and _current.state != "stopped":
+            if _current.topology.name == topology or _current.topology.name == str(topology):
+                return _current
+            raise SpmdError(
+                f"A {_current.topology.name} cluster is running; stop it first "
+                "(%tpu cluster stop) to start another topology."
+            )
+        _current = Cluster(topology)
+        return _current.start()
+
+
+def current() -> Cluster:
+    """The cluster started last (running or not)."""
+    if _current is None:
+        raise SpmdError("No cluster has been started: %tpu cluster start v6e-4.")
+    return _current
+
+
+def stop() -> None:
+    """Stop the current cluster, if any; no process is left behind."""
+    with _lock:
+        if _current is not None:
+            _current.stop()
+
+
+def restart() -> Cluster:
+    """Stop and start the current cluster (after a rank died or hung)."""
+    with _lock:
+        return current().restart()
+
+
+atexit.register(stop)

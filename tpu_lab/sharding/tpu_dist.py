@@ -1,0 +1,178 @@
+"""TorchTPU's ``torch.distributed`` backend name, ``"tpu_dist"``, on the bundled device.
+
+On a real TPU VM, TorchTPU registers ``"tpu_dist"`` itself and :func:`register` leaves it alone.
+On the bundled device, :func:`register` adds a backend of that name whose collectives run on
+gloo: a "tpu" tensor's bytes are a CPU tensor (its payload), so gloo reads and writes the
+payload in place; nothing is copied and no transfer is recorded. Gloo's sockets are bound to
+127.0.0.1. The same user code (``init_process_group("tpu_dist")``, DTensor, tensor parallel
+``from_pretrained``) then runs unchanged on both.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+#: TorchTPU's backend name (transformers maps device type "tpu" to it).
+BACKEND = "tpu_dist"
+#: The interface gloo listens on: the cluster never leaves this machine.
+LOOPBACK = "127.0.0.1"
+
+_lock = threading.Lock()
+_libraries: list[torch.library.Library] = []
+
+
+def _cpu(x):
+    """A CPU tensor sharing the bytes of ``x`` (a "tpu" tensor's payload; CPU tensors as is)."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type == "tpu":
+            from ..device.kernels import payload
+
+            return payload(x)
+        return x
+    if isinstance(x, (list, tuple)):
+        return [_cpu(y) for y in x]
+    return x
+
+
+class TpuDistBackend(dist.ProcessGroup):
+    """Collectives on "tpu" (and CPU) tensors through gloo, in place on their payloads."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)
+        options = dist.ProcessGroupGloo._Options()
+        options._timeout = timeout
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname=LOOPBACK)]
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, options)
+        # c10d names groups through their backends (DeviceMesh looks groups up by name)
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+
+    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+        return BACKEND
+
+    def allreduce(self, tensors, opts):
+        return self._gloo.allreduce(_cpu(tensors), opts)
+
+    def allreduce_coalesced(self, tensors, opts):
+        return self._gloo.allreduce_coalesced(_cpu(tensors), opts)
+
+    def broadcast(self, tensors, opts):
+        return self._gloo.broadcast(_cpu(tensors), opts)
+
+    def reduce(self, tensors, opts):
+        return self._gloo.reduce(_cpu(tensors), opts)
+
+    def allgather(self, output_tensors, input_tensors, opts):
+        return self._gloo.allgather(_cpu(output_tensors), _cpu(input_tensors), opts)
+
+    def _allgather_base(self, output, input, opts):
+        return self._gloo._allgather_base(_cpu(output), _cpu(input), opts)
+
+    def allgather_coalesced(self, output_lists, input_list, opts):
+        return self._gloo.allgather_coalesced(_cpu(output_lists), _cpu(input_list), opts)
+
+    def gather(self, output_tensors, input_tensors, opts):
+        return self._gloo.gather(_cpu(output_tensors), _cpu(input_tensors), opts)
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        return self._gloo.scatter(_cpu(output_tensors), _cpu(input_tensors), opts)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts):
+        return self._gloo.reduce_scatter(_cpu(output_tensors), _cpu(input_tensors), opts)
+
+    def _reduce_scatter_base(self, output, input, opts):
+        return self._gloo._reduce_scatter_base(_cpu(output), _cpu(input), opts)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+        return self._gloo.alltoall_base(
+            _cpu(output), _cpu(input), output_split_sizes, input_split_sizes, opts
+        )
+
+    def alltoall(self, output_tensors, input_tensors, opts):
+        return self._gloo.alltoall(_cpu(output_tensors), _cpu(input_tensors), opts)
+
+    def send(self, tensors, dst, tag):
+        return self._gloo.send(_cpu(tensors), dst, tag)
+
+    def recv(self, tensors, src, tag):
+        return self._gloo.recv(_cpu(tensors), src, tag)
+
+    def recv_anysource(self, tensors, tag):
+        return self._gloo.recv_anysource(_cpu(tensors), tag)
+
+    def barrier(self, opts):
+        return self._gloo.barrier(opts)
+
+
+def _create(store, rank: int, size: int, timeout: timedelta) -> TpuDistBackend:
+    return TpuDistBackend(store, rank, size, timeout)
+
+
+def is_registered() -> bool:
+    return BACKEND.upper() in dist.Backend._plugins or BACKEND in dist.Backend.backend_list
+
+
+def _functional_ops() -> list[str]:
+    """Every overload of PyTorch's functional collectives (what DTensor and TP call)."""
+    return sorted(
+        {
+            s.name.split("::")[1] + (f".{s.overload_name}" if s.overload_name else "")
+            for s in torch._C._jit_get_all_schemas()
+            if s.name.startswith("_c10d_functional::")
+        }
+    )
+
+
+def _register_functional_kernels() -> None:
+    """Functional collectives on "tpu" tensors run on their CPU payloads (then on gloo)."""
+    lib = torch.library.Library("_c10d_functional", "IMPL")
+    for name in _functional_ops():
+        base, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops._c10d_functional, base), overload or "default")
+        lib.impl(name, _collective_kernel(op), "PrivateUse1")
+    _libraries.append(lib)
+
+
+def _collective_kernel(op):
+    from ..device.kernels import wrap
+
+    def back(out, originals: dict[int, torch.Tensor]):
+        if isinstance(out, torch.Tensor):
+            # an input returned as is (in-place collectives, wait_tensor): the "tpu" tensor itself
+            if id(out) in originals:
+                return originals[id(out)]
+            return wrap(out) if out.device.type == "cpu" else out
+        if isinstance(out, (list, tuple)):
+            return type(out)(back(y, originals) for y in out)
+        return out
+
+    def kernel(*args, **kwargs):
+        originals: dict[int, torch.Tensor] = {}
+
+        def unwrap(x):
+            if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+                cpu = _cpu(x)
+                originals[id(cpu)] = x
+                return cpu
+            if isinstance(x, (list, tuple)):
+                return type(x)(unwrap(y) for y in x)
+            return x
+
+        out = op(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()})
+        return back(out, originals)
+
+    return kernel
+
+
+def register() -> str:
+    """Make ``init_process_group("tpu_dist")`` work here; returns the backend name. Idempotent.
+
+    TorchTPU's own backend is kept where TorchTPU registered it (a real TPU VM)."""
+    with _lock:
+        if not is_registered():
+            dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "tpu"])
+            _register_functional_kernels()
+    return BACKEND
