@@ -141,7 +141,10 @@ class Block:
     def __init__(self, tensor: torch.Tensor, nbytes: int) -> None:
         self.nbytes = 0  # if the charge raises, __del__ releases nothing
         chip = _CHIP
-        with chip._lock:  # Chip.charge's common case, inline: one block per op result
+        # Chip.charge's common case, inline (one block per op result; acquire/release in
+        # try/finally cost less than a with statement)
+        _acquire()
+        try:
             live = (chip._drain() if chip._freed else chip.live) + nbytes
             fits = live <= chip.capacity
             if fits:
@@ -149,6 +152,8 @@ class Block:
                 chip.allocations += 1
                 if live > chip.peak:
                     chip.peak = live
+        finally:
+            _unlock()
         if not fits:
             chip.charge(nbytes)  # raises the out-of-memory error
         self.tensor = tensor
@@ -172,6 +177,7 @@ class Block:
 
 _CHIP = Chip(topology_from_env())
 _release = _CHIP._freed.append  # Chip.release, one call shorter (Block.__del__ is hot)
+_acquire, _unlock = _CHIP._lock.acquire, _CHIP._lock.release
 
 
 def chip() -> Chip:

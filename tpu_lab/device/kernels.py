@@ -165,7 +165,8 @@ def _unwrap(x, strict: bool):
     if isinstance(x, (list, tuple)):
         if x and isinstance(x[0], (int, float)):  # sizes, dims, scalars: nothing to unwrap
             return x
-        return type(x)(_unwrap(y, strict) for y in x)
+        unwrapped = [_unwrap(y, strict) for y in x]
+        return unwrapped if x.__class__ is list else type(x)(unwrapped)
     if isinstance(x, torch.device) and x.type == "tpu":
         return _CPU
     return x
