@@ -80,15 +80,16 @@ def _describe(value) -> dict | None:
 
     if isinstance(value, DTensor):
         local = value.to_local()
+        info = sharding_info(value)
         return {
             "kind": "tensor",
             "global_shape": tuple(value.shape),
             "dtype": str(value.dtype).removeprefix("torch."),
             "mesh_shape": tuple(value.device_mesh.shape),
-            "placements": tuple(str(p) for p in value.placements),
+            "placements": info.placements,
             "local_shape": tuple(local.shape),
             "local_bytes": local.numel() * local.element_size(),
-            "info": sharding_info(value),
+            "info": info,
         }
     if isinstance(value, torch.nn.Module):
         tensors = [*value.parameters(), *value.buffers()]
