@@ -217,3 +217,53 @@ def test_stop_leaves_no_process(cluster):
     assert not [pid for pid in pids if psutil.pid_exists(pid)]
     with pytest.raises(SpmdError, match="The cluster is stopped. Start it"):
         cluster.run_cell("1")
+
+
+ORPHAN_SCRIPT = """
+import sys, time
+import tpu_lab
+from tpu_lab.sharding import cluster
+c = cluster.start("v6e-4")
+print(" ".join(str(p.pid) for p in c.processes()), flush=True)
+if sys.argv[1] == "kill":
+    time.sleep(120)
+"""
+
+
+def _gone(pids, timeout_s: float) -> list[int]:
+    """The pids still alive (not zombies) after waiting up to ``timeout_s``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                continue
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_the_owner_exiting_or_killed_leaves_no_process(how):
+    """atexit stops the cluster; if the owner is SIGKILLed the engines and controller exit."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_SCRIPT, how], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) >= 5
+        if how == "kill":
+            proc.kill()
+        proc.wait(timeout=60)
+        assert _gone(pids, timeout_s=10) == []
+    finally:
+        proc.kill()
+        proc.wait()

@@ -5,6 +5,7 @@ Run by path, not as ``-m tpu_lab...``, so that the controller does not import to
 ``python _launch.py ipyparallel.controller ARGS...``.
 """
 
+import contextlib
 import os
 import runpy
 import sys
@@ -20,13 +21,30 @@ def _watch(parent: int) -> None:
     os._exit(1)
 
 
-def main() -> None:
-    parent = int(os.environ[PARENT_ENV])
+def _guard(parent: int) -> None:
+    """Exit as soon as ``parent`` is no longer this process's parent."""
     threading.Thread(target=_watch, args=(parent,), daemon=True, name="tpu-lab-orphan").start()
+
+
+def main() -> None:
+    _guard(int(os.environ[PARENT_ENV]))
+    # the controller forks its schedulers: each child watches the controller the same way
+    os.register_at_fork(after_in_child=lambda: _guard(os.getppid()))
     module = sys.argv[1]
     sys.argv = [module, *sys.argv[2:]]
     sys.path[0] = os.getcwd()  # as ``python -m`` would, not this file's folder
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    code = 0
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        # Skip interpreter finalization: closing ZeroMQ there can hang for good once the
+        # owner's pipes are gone, and the watchdog thread no longer runs by then.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":
