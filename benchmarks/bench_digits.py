@@ -1,5 +1,6 @@
 """One 32-step digit generation with the embedded model on the bundled "tpu" device: eager
-against the UNet under ``torch.compile(backend="tpu", fullgraph=True, dynamic=False)``.
+against plain CPU PyTorch, and against the UNet under
+``torch.compile(backend="tpu", fullgraph=True, dynamic=False)``.
 
 The compiled side is warmed up first (its one compilation is timed and printed apart), then
 both sides run interleaved, median of several repeats, so that a noisy machine moves both alike.
@@ -17,6 +18,7 @@ import time
 import torch
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
+from _record import record
 from tpu_lab.models import digits_pipeline
 from tpu_lab.models.digits import DigitsPipeline
 
@@ -35,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1, help="digits per generation (default 1)")
     args = p.parse_args(argv)
     repeats = 3 if args.quick else 7
+    cpu = digits_pipeline(device="cpu")
+    cpu.set_progress_bar_config(disable=True)
     eager = digits_pipeline()
     eager.set_progress_bar_config(disable=True)
     compiled = DigitsPipeline(
@@ -55,19 +59,25 @@ def main(argv: list[str] | None = None) -> int:
 
     lowering = os.environ.get("TPU_LAB_COMPILE_LOWERING", "inductor")
     first = _timed(lambda: run(compiled))
-    run(eager)
-    times = {"eager": [], "compiled": []}
+    run(eager), run(cpu)
+    times = {"cpu": [], "eager": [], "compiled": []}
     for _ in range(repeats):
+        times["cpu"].append(_timed(lambda: run(cpu)))
         times["eager"].append(_timed(lambda: run(eager)))
         times["compiled"].append(_timed(lambda: run(compiled)))
-    e, c = statistics.median(times["eager"]), statistics.median(times["compiled"])
-    print(f"digits: {STEPS}-step DDIM generation of {args.batch} digit(s) on the bundled 'tpu' "
-          f"device, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"compile lowering {lowering}, median of {repeats}")
-    print(f"  first compiled call (compiles the UNet)  {first * 1e3:10.1f} ms")
-    print(f"  eager                                    {e * 1e3:10.1f} ms")
-    print(f"  compiled (torch.compile backend 'tpu')   {c * 1e3:10.1f} ms")
-    print(f"  compiled / eager                         {c / e:10.2f}x")
+    median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    what = f"{STEPS}-step digit generation (batch {args.batch})"
+    record("digits", f"{what}, eager on tpu", median["eager"], "ms", baseline=median["cpu"])
+    record(
+        "digits",
+        f"{what}, UNet compiled (backend tpu)",
+        median["compiled"],
+        "ms",
+        baseline=median["eager"],
+        baseline_label="eager on tpu",
+        note=f"lowering {lowering}",
+    )
+    record("digits", "first compiled call (compiles the UNet)", first, "s")
     return 0
 
 
