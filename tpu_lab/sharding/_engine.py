@@ -76,17 +76,20 @@ def _describe(value) -> dict | None:
     import torch
     from torch.distributed.tensor import DTensor
 
-    from .info import sharding_info
+    from .info import ShardingError, sharding_info
 
     if isinstance(value, DTensor):
         local = value.to_local()
-        info = sharding_info(value)
+        try:
+            info = sharding_info(value)
+        except ShardingError:  # a placement tpu_lab cannot draw: report it as DTensor names it
+            info = None
         return {
             "kind": "tensor",
             "global_shape": tuple(value.shape),
             "dtype": str(value.dtype).removeprefix("torch."),
             "mesh_shape": tuple(value.device_mesh.shape),
-            "placements": info.placements,
+            "placements": info.placements if info else tuple(map(str, value.placements)),
             "local_shape": tuple(local.shape),
             "local_bytes": local.numel() * local.element_size(),
             "info": info,

@@ -233,8 +233,9 @@ class Cluster(View):
         config.LocalEngineSetLauncher.engine_args = ["--IPEngine.enable_nanny=False"]
         config.LocalEngineSetLauncher.environment = env
         try:
-            self._client = cluster.start_and_connect_sync(n=self.world_size)
-            self._client.wait_for_engines(self.world_size, timeout=timeout_s)
+            cluster.start_cluster_sync(n=self.world_size)
+            self._client = cluster.connect_client_sync()
+            self._client.wait_for_engines(self.world_size, timeout=timeout_s, interactive=False)
             ids = sorted(self._client.ids)[: self.world_size]
             store = os.path.join(self._folder, "store")
             replies = [
@@ -352,7 +353,8 @@ class Cluster(View):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         first_error = None
         while not all(run.ready() for run in runs):
-            runs[0].wait(0.05) if not runs[0].ready() else time.sleep(0.05)
+            pending = next(run for run in runs if not run.ready())
+            pending.wait(0.05)
             dead = [r for r in self.ranks if not _alive(r.pid)]
             if dead:
                 self.state = "broken"

@@ -171,8 +171,18 @@ def register() -> str:
     """Make ``init_process_group("tpu_dist")`` work here; returns the backend name. Idempotent.
 
     TorchTPU's own backend is kept where TorchTPU registered it (a real TPU VM)."""
+    from .. import backend
+
     with _lock:
-        if not is_registered():
-            dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "tpu"])
-            _register_functional_kernels()
+        if is_registered():
+            return BACKEND
+        if not backend().simulated:
+            from ..errors import SpmdError
+
+            raise SpmdError(
+                "TorchTPU is driving this process but its 'tpu_dist' backend is not registered "
+                "with torch.distributed; import torch_tpu before creating the process group."
+            )
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "tpu"])
+        _register_functional_kernels()
     return BACKEND
