@@ -17,10 +17,8 @@ import torch
 from . import kernels
 from .kernels import (
     NoPayloadError,
-    _binding_of,
-    _dispatch_modes,
+    _Binding,
     _function_mode,
-    _Probe,
     _unwrap,
     _wrap_results,
     storage_data_ptr,
@@ -68,48 +66,21 @@ _FRESH = frozenset(
 )  # fmt: skip
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, _Tensor):
-        return (
-            isinstance(b, _Tensor)
-            and a.dtype == b.dtype
-            and a.shape == b.shape
-            and a.stride() == b.stride()
-            and torch.equal(a, b)
-        )
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
-    return a == b
-
-
-def _probe_binding(call, binding, uargs, ukwargs):
-    """A composite's first calls: the op itself, then its Python binding, each under a probe.
-    Returns the op's result and whether the binding ran the same ATen ops to the same result
-    (it is then used from now on: it parses its arguments faster)."""
-    first, second = _Probe(), _Probe()
-    with first:
-        out = call(*uargs, **ukwargs)
-    try:
-        with second:
-            other = binding(*uargs, **ukwargs)
-    except Exception:  # a binding for other arguments
-        return out, False
-    return out, first.seen == second.seen and _same(out, other)
-
-
 def _kernel(qualname: str):
     op = call = binding = None
-    tries = 3
     fresh = qualname.partition(".")[0] in _FRESH
 
     def kernel(*args, **kwargs):
-        nonlocal op, call, binding, tries
+        nonlocal op, call, binding
         if op is None:
             name, _, overload = qualname.partition(".")
             op = getattr(getattr(torch.ops.aten, name), overload or "default")
             call = op._op
-            if _binding_of(op) is None:
-                tries = 0
+            # a random composite must not run twice (a binding's probe runs it twice)
+            random = torch.Tag.nondeterministic_seeded in op.tags or any(
+                a.name == "generator" for a in op._schema.arguments
+            )
+            binding = _Binding(op, not random)
         if kernels.recorder is not None:
             kernels.recorder(qualname, args, kwargs)
         if not (
@@ -121,15 +92,11 @@ def _kernel(qualname: str):
                 ukwargs = {k: _unwrap(v, True) for k, v in kwargs.items()} if kwargs else kwargs
             except NoPayloadError:  # tracing: fake tensors decompose as usual
                 return decompose(*args, **kwargs)
-            if binding is not None and not _function_mode():
-                out = binding(*uargs, **ukwargs)
-            elif tries and not _function_mode() and not _dispatch_modes():
-                tries -= 1
-                out, same = _probe_binding(call, _binding_of(op), uargs, ukwargs)
-                if same:
-                    binding = _binding_of(op)
-                else:
-                    tries = 0
+            fn = binding.fn
+            if fn is not None and not _function_mode():
+                out = fn(*uargs, *binding.rest[len(uargs) :], **{**binding.kw, **ukwargs})
+            elif binding.tries and not _function_mode():
+                out = binding.probe(call, uargs, ukwargs)
             else:
                 out = call(*uargs, **ukwargs)
             if fresh or not _aliases_input(out, uargs):

@@ -199,8 +199,8 @@ _chip = chip()
 # The C++ op is reached fastest through its Python binding (``torch.mul``, ``Tensor.view``...):
 # the binding parses its arguments several times faster than ``OpOverload._op`` (an
 # ``as_strided`` costs half as much). Which overload a binding runs depends on the arguments,
-# so an op adopts its binding only after its first call through the binding was seen (by a
-# dispatch mode) to run exactly this overload. Bindings are skipped while a
+# so an op adopts its binding only after its first calls, run both ways under a dispatch mode,
+# dispatched the same ATen ops to the same result. Bindings are skipped while a
 # ``TorchFunctionMode`` is active: they would show the mode the ops run on the payloads.
 _BINDINGS = (
     torch._C._VariableFunctions,
@@ -226,35 +226,68 @@ class _Probe(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class _Binding:
-    """The Python binding of one op, once it was seen to run that op (``fn``, else None)."""
+def _meta_twin(x):
+    """A meta tensor with ``x``'s dtype, shape and strides (lists and tuples twinned through)."""
+    if isinstance(x, _Tensor):
+        if x.device.type == "tpu":  # a view's window: a storage large enough for it
+            numel = x.untyped_storage().nbytes() // x.element_size()
+            return torch.empty(numel, dtype=x.dtype, device="meta").as_strided(
+                x.size(), x.stride(), x.storage_offset()
+            )
+        return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_meta_twin(y) for y in x)
+    return x
 
-    __slots__ = ("op", "fn", "tries")
+
+class _Binding:
+    """The Python binding of one op, once it was seen to run that op (``fn``, else None).
+
+    The dispatcher leaves out arguments equal to their defaults, and a binding's defaults can
+    differ from the schema's (``binary_cross_entropy_with_logits``: reduction): the binding is
+    always called with every argument, ``rest`` and ``kw`` supplying the schema's defaults.
+    """
+
+    __slots__ = ("op", "fn", "tries", "rest", "kw")
 
     def __init__(self, op, allowed: bool) -> None:
         self.op = op
         self.fn = None
         # probes left: a first call may fail for reasons of its own (bad arguments)
         self.tries = 3 if allowed and _binding_of(op) is not None else 0
+        arguments = op._schema.arguments
+        self.rest = tuple(a.default_value for a in arguments if not a.kwarg_only)
+        self.kw = {
+            a.name: a.default_value for a in arguments if a.kwarg_only and a.has_default_value()
+        }
 
-    def probe(self, args, kwargs):
-        """Run the op through its binding under a probe: ``(True, result)`` if the binding ran
-        exactly this op (it is adopted), else ``(False, None)`` (the result is dropped: the
-        caller runs the op itself)."""
-        if _dispatch_modes():
-            return False, None
-        self.tries -= 1
-        probe = _Probe()
-        try:
-            with probe:
-                out = _binding_of(self.op)(*args, **kwargs)
-        except Exception:  # a binding for other arguments: the op itself raises or runs
-            return False, None
-        if probe.seen != [self.op]:
-            self.tries = 0
-            return False, None
-        self.fn = _binding_of(self.op)
-        return True, out
+    def probe(self, call, args, kwargs):
+        """The op's result, run as ``call(*args, **kwargs)``. On its first calls the op and its
+        binding also run on meta twins of the arguments (no data, no side effects), each
+        under a probe; the binding is adopted if it dispatched the same ATen ops (the op
+        itself, or the same decomposition for a composite)."""
+        if not _dispatch_modes():
+            self.tries -= 1
+            binding = _binding_of(self.op)
+            first, second = _Probe(), _Probe()
+            previous = _meta_included()
+            try:
+                margs = _meta_twin(args)
+                mkwargs = {k: _meta_twin(v) for k, v in kwargs.items()}
+                with first:
+                    call(*margs, **mkwargs)
+                with second:
+                    binding(*margs, *self.rest[len(args) :], **{**self.kw, **mkwargs})
+            except Exception:  # no meta kernel, or a binding for other arguments
+                self.tries = 0
+            else:
+                if first.seen and first.seen == second.seen:
+                    self.fn = binding
+                else:
+                    self.tries = 0
+            finally:
+                _include_meta(previous)
+        return call(*args, **kwargs)
 
 
 def _binding_of(op):
@@ -277,11 +310,9 @@ def _view_plan(op, bindings: bool):
         try:
             fn = binding.fn
             if fn is not None and not _function_mode():
-                return fn(*args, **kwargs)
+                return fn(*args, *binding.rest[len(args) :], **{**binding.kw, **kwargs})
             if binding.tries and not _function_mode():
-                ran, out = binding.probe(args, kwargs)
-                if ran:
-                    return out
+                return binding.probe(call, args, kwargs)
             return call(*args, **kwargs)
         finally:
             _include_meta(previous)
@@ -304,13 +335,11 @@ def _compute_plan(op, strict: bool, kw_unwrap: bool, bindings: bool):
             kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
         fn = binding.fn
         if fn is not None and not _function_mode():
-            out = fn(*uargs, **kwargs)
+            out = fn(*uargs, *binding.rest[len(uargs) :], **{**binding.kw, **kwargs})
+        elif binding.tries and not _function_mode():
+            out = binding.probe(call, uargs, kwargs)
         else:
-            ran = False
-            if binding.tries and not _function_mode():
-                ran, out = binding.probe(uargs, kwargs)
-            if not ran:
-                out = call(*uargs, **kwargs)
+            out = call(*uargs, **kwargs)
         if out.__class__ is _Tensor and out.is_cpu:
             for i, u in enumerate(uargs):
                 if out is u:  # the CPU kernel returned an input as is
@@ -326,9 +355,10 @@ def _device_arg_plan(plan, call):
 
     def run(args, kwargs):
         device = kwargs.get("device")
-        if device is not None and (
-            device.type if device.__class__ is _Device else torch.device(device).type
-        ) == "cpu":
+        if (
+            device is not None
+            and (device.type if device.__class__ is _Device else torch.device(device).type) == "cpu"
+        ):
             return _run_to_cpu(call, True, args, kwargs)
         return plan(args, kwargs)
 
