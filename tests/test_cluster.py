@@ -122,6 +122,8 @@ def test_cell_runs_on_every_rank_with_collectives_and_sharding(cluster):
     assert w.info.bytes_per_chip == (32, 32, 32, 32)
     text = result.to_text(width=100)
     assert "SPMD cell on 4 ranks (v6e-4)" in text
+    assert repr(result) == result.to_text()
+    assert "<table>" in result._repr_mimebundle_()["text/html"]
     assert "  w  float32[8x4] on mesh (4,) Shard(0)  [32 B / 32 B / 32 B / 32 B]" in text, text
 
 

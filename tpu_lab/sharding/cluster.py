@@ -76,7 +76,7 @@ class ShardedValue:
     info: object | None = None  # tpu_lab.sharding.ShardingInfo of a tensor
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # repr is the View's text
 class SpmdResult(View):
     """One SPMD cell: rank 0's output and result, gathered sharding, every rank's events."""
 
