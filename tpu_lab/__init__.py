@@ -9,7 +9,13 @@ from __future__ import annotations
 import sys
 import warnings
 
-from .errors import BackendConflictError, NotSimulatedError, TopologyError, TpuLabError
+from .errors import (
+    BackendConflictError,
+    NotSimulatedError,
+    SpmdError,
+    TopologyError,
+    TpuLabError,
+)
 from .runtime import activate as _activate
 from .runtime import backend
 
@@ -17,6 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendConflictError",
     "NotSimulatedError",
+    "SpmdError",
     "TopologyError",
     "TpuLabError",
     "__version__",

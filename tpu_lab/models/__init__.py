@@ -18,16 +18,18 @@ TINY_LLAMA = {
 }
 
 
-def save_tiny_llama(folder: str | Path, seed: int = 0) -> Path:
+def save_tiny_llama(folder: str | Path, seed: int = 0, **config) -> Path:
     """Build the tiny Llama with random weights (seeded) and ``save_pretrained`` it to
-    ``folder``; needs ``pip install 'tpu-lab[hf]'``."""
+    ``folder``; keyword arguments change its config (``num_key_value_heads=4`` splits over 4
+    chips; the default's 2 key/value heads split over 1 or 2). Needs
+    ``pip install 'tpu-lab[hf]'``."""
     try:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError as exc:
         raise ImportError("The tiny Llama needs transformers: pip install 'tpu-lab[hf]'") from exc
     torch.manual_seed(seed)
-    LlamaForCausalLM(LlamaConfig(**TINY_LLAMA)).save_pretrained(folder)
+    LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, **config})).save_pretrained(folder)
     return Path(folder)
 
 
