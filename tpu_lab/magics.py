@@ -351,6 +351,8 @@ class TpuMagics(Magics):
         parts = name.split(".")
         if not all(p.isidentifier() for p in parts):
             raise _error(command, f"{name!r} is not a variable name")
+        if any(p.startswith("__") for p in parts[1:]):
+            raise _error(command, f"{name!r}: special attributes (__name__) are not looked up")
         namespace = self.shell.user_ns
         if parts[0] not in namespace:
             raise UsageError(
