@@ -94,7 +94,11 @@ def _kernel(qualname: str):
                 return decompose(*args, **kwargs)
             fn = binding.fn
             if fn is not None and not _function_mode():
-                out = fn(*uargs, *binding.rest[len(uargs) :], **{**binding.kw, **ukwargs})
+                out = fn(
+                    *uargs,
+                    *binding.rest[len(uargs) :],
+                    **({**binding.kw, **ukwargs} if binding.kw else ukwargs),
+                )
             elif binding.tries and not _function_mode():
                 out = binding.probe(call, uargs, ukwargs)
             else:

@@ -18,10 +18,10 @@ worked out on the op's first call.
 from __future__ import annotations
 
 import math
+import threading
 from functools import partial
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import fuse, hooks
 from .driver import PAYLOAD, Block, chip
@@ -211,33 +211,65 @@ _BINDINGS = (
     torch._C.TensorBase,
 )
 _function_mode = torch._C._is_torch_function_mode_enabled
-_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
-class _Probe(TorchDispatchMode):
-    """Records the ATen ops a call dispatches."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.seen.append(func)
-        return func(*args, **(kwargs or {}))
+class _SeenError(Exception):
+    """Raised by a probe once it has seen the first op: nothing else runs."""
 
 
-def _meta_twin(x):
-    """A meta tensor with ``x``'s dtype, shape and strides (lists and tuples twinned through)."""
-    if isinstance(x, _Tensor):
-        if x.device.type == "tpu":  # a view's window: a storage large enough for it
-            numel = x.untyped_storage().nbytes() // x.element_size()
-            return torch.empty(numel, dtype=x.dtype, device="meta").as_strided(
-                x.size(), x.stride(), x.storage_offset()
-            )
-        return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_meta_twin(y) for y in x)
-    return x
+def _arguments(value):
+    if isinstance(value, _Tensor):
+        return (value.shape, value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_arguments(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _arguments(v)) for k, v in value.items())
+    return value
+
+
+def _stand_in(value):
+    """A "tpu" tensor without data in place of each tensor: ops on it reach a device kernel,
+    where a probe stops them (nothing can compute on it)."""
+    if isinstance(value, _Tensor):
+        return _create_empty(value.shape, value.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_stand_in(v) for v in value)
+    return value
+
+
+def _first_ops(runs) -> list:
+    """The first device op each of ``runs`` reaches (name and arguments), each stopped there
+    by a probe in the recorder's place; None for a run that failed or reached none."""
+    global recorder
+    seen = []
+    previous, me = recorder, threading.get_ident()
+
+    def probe(qualname, args, kwargs):
+        if threading.get_ident() != me:  # another thread's op: record it as before
+            if previous is not None:
+                previous(qualname, args, kwargs)
+            return
+        seen.append((qualname, _arguments(args), _arguments(kwargs)))
+        raise _SeenError
+
+    meta = _meta_included()
+    _include_meta(False)  # view ops: reach the device kernel, not the Meta one
+    recorder = probe
+    try:
+        firsts = []
+        for run in runs:
+            seen.clear()
+            try:
+                run()
+            except _SeenError:
+                pass
+            except Exception:  # a binding for other arguments
+                seen.clear()
+            firsts.append(seen[0] if seen else None)
+        return firsts
+    finally:
+        recorder = previous
+        _include_meta(meta)
 
 
 class _Binding:
@@ -262,31 +294,25 @@ class _Binding:
         }
 
     def probe(self, call, args, kwargs):
-        """The op's result, run as ``call(*args, **kwargs)``. On its first calls the op and its
-        binding also run on meta twins of the arguments (no data, no side effects), each
-        under a probe; the binding is adopted if it dispatched the same ATen ops (the op
-        itself, or the same decomposition for a composite)."""
-        if not _dispatch_modes():
-            self.tries -= 1
-            binding = _binding_of(self.op)
-            first, second = _Probe(), _Probe()
-            previous = _meta_included()
-            try:
-                margs = _meta_twin(args)
-                mkwargs = {k: _meta_twin(v) for k, v in kwargs.items()}
-                with first:
-                    call(*margs, **mkwargs)
-                with second:
-                    binding(*margs, *self.rest[len(args) :], **{**self.kw, **mkwargs})
-            except Exception:  # no meta kernel, or a binding for other arguments
-                self.tries = 0
-            else:
-                if first.seen and first.seen == second.seen:
-                    self.fn = binding
-                else:
-                    self.tries = 0
-            finally:
-                _include_meta(previous)
+        """The op's result, run as ``call(*args, **kwargs)``. Before, on its first calls, the
+        op and its binding are each started on stand-ins of the arguments and stopped at the
+        first device op they reach; the binding is adopted if both reached the same op with
+        the same arguments (the op itself, or a composite's first op)."""
+        self.tries -= 1
+        binding = _binding_of(self.op)
+        sargs = _stand_in(args)
+        skwargs = {k: _stand_in(v) for k, v in kwargs.items()}
+        full = {**self.kw, **skwargs}
+        first, second = _first_ops(
+            (
+                lambda: call(*sargs, **skwargs),
+                lambda: binding(*sargs, *self.rest[len(args) :], **full),
+            )
+        )
+        if first is not None and first == second:
+            self.fn = binding
+        else:
+            self.tries = 0
         return call(*args, **kwargs)
 
 
@@ -310,7 +336,11 @@ def _view_plan(op, bindings: bool):
         try:
             fn = binding.fn
             if fn is not None and not _function_mode():
-                return fn(*args, *binding.rest[len(args) :], **{**binding.kw, **kwargs})
+                return fn(
+                    *args,
+                    *binding.rest[len(args) :],
+                    **({**binding.kw, **kwargs} if binding.kw else kwargs),
+                )
             if binding.tries and not _function_mode():
                 return binding.probe(call, args, kwargs)
             return call(*args, **kwargs)
@@ -335,7 +365,11 @@ def _compute_plan(op, strict: bool, kw_unwrap: bool, bindings: bool):
             kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
         fn = binding.fn
         if fn is not None and not _function_mode():
-            out = fn(*uargs, *binding.rest[len(uargs) :], **{**binding.kw, **kwargs})
+            out = fn(
+                *uargs,
+                *binding.rest[len(uargs) :],
+                **({**binding.kw, **kwargs} if binding.kw else kwargs),
+            )
         elif binding.tries and not _function_mode():
             out = binding.probe(call, uargs, kwargs)
         else:
