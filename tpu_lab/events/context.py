@@ -55,9 +55,12 @@ def user_frame(skip: int = 1) -> str | None:
     return None
 
 
-def location(filename: str, line: int) -> str:
+def location(filename: str | None, line: int | None) -> str:
     """``file:line``, or ``In[N]:line`` when ``filename`` is an IPython cell; files of installed
-    packages are named from the package down (``diffusers/models/unets/unet_2d.py``)."""
+    packages are named from the package down (``diffusers/models/unets/unet_2d.py``); ``?`` when
+    there is no file (Dynamo's backward graphs)."""
+    if not filename:
+        return "?"
     cell = _cell_of_file(filename)
     if cell is not None:
         return f"In[{cell}]:{line}"
