@@ -143,7 +143,7 @@ def test_events_carry_the_ipython_cell(fresh):
     assert result.success
     cell = result.execution_count
     sync = events.log.events("sync")[-1]
-    assert sync.cell == cell and sync.where.startswith("<ipython-input-")
+    assert sync.cell == cell and sync.where == f"In[{cell}]:1"
     assert [e.seq for e in events.log.events(cell=cell)] == [
         e.seq for e in events.log.events() if e.cell == cell
     ]
