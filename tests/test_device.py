@@ -205,3 +205,34 @@ def test_ops_that_write_an_argument_return_their_result():
     assert torch.equal(torch.nn.functional.rrelu(x.tpu(), training=True).cpu(), cpu)
     z = torch.tensor([1 + 2j]).tpu()
     assert (z.conj() + 0).cpu().tolist() == [1 - 2j]
+
+
+def test_moving_a_model_without_grad_both_ways():
+    """``model.to`` under no_grad, and frozen models back to the CPU (torch asks the device
+    whether the tensor types are compatible: tpu and cpu are not, as for CUDA)."""
+    with torch.no_grad():
+        model = torch.nn.Linear(3, 3).to("tpu")
+    assert model.weight.device.type == "tpu"
+    back = model.requires_grad_(False).to("cpu")
+    assert back.weight.device.type == "cpu"
+    assert not torch._has_compatible_shallow_copy_type(torch.ones(1, device="tpu"), torch.ones(1))
+    assert torch._has_compatible_shallow_copy_type(
+        torch.ones(1, device="tpu"), torch.ones(1, device="tpu")
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.ones(3, device="tpu:1"),
+        lambda: torch.empty(2, device=torch.device("tpu", 2)),
+        lambda: torch.ones(3).to("tpu:1"),
+    ],
+)
+def test_only_tpu_0_exists_in_a_process(make):
+    with pytest.raises(RuntimeError) as info:
+        make()
+    assert str(info.value).startswith("tpu:") and "does not exist: this process drives one " \
+        "chip, tpu:0" in str(info.value)
+    assert "%tpu cluster start" in str(info.value)
+    assert torch.ones(1, device="tpu:0").device == torch.device("tpu", 0)

@@ -32,9 +32,12 @@ _any_autocast = torch._C._is_any_autocast_enabled
 # Random composites would draw from the CPU generator on the payloads: keep them decomposed so
 # the random ops inside use the device's generator (dropout has a kernel of its own below).
 _RANDOM = frozenset({"feature_dropout", "alpha_dropout", "feature_alpha_dropout", "rrelu"})
-# Composites the device handles with kernels of its own, and sync points (they must reach
-# _local_scalar_dense on the device, where the event log sees them).
-_SKIP = frozenset({"scaled_dot_product_attention", "item", "is_nonzero"})
+# Composites the device handles with kernels of its own, questions about the tensors rather than
+# their values (is a tpu tensor shallow-copyable into a cpu one? no), and sync points (they must
+# reach _local_scalar_dense on the device, where the event log sees them).
+_SKIP = frozenset(
+    {"scaled_dot_product_attention", "item", "is_nonzero", "_has_compatible_shallow_copy_type"}
+)
 
 
 def _needs_grad(values) -> bool:

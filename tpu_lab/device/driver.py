@@ -180,6 +180,15 @@ _release = _CHIP._freed.append  # Chip.release, one call shorter (Block.__del__ 
 _acquire, _unlock = _CHIP._lock.acquire, _CHIP._lock.release
 
 
+def no_such_chip(index: int) -> RuntimeError:
+    """The error for ``tpu:N`` with N > 0: a process drives one chip, as on TorchTPU."""
+    return RuntimeError(
+        f"tpu:{index} does not exist: this process drives one chip, tpu:0 (as with TorchTPU, "
+        "each process drives one chip of the topology). Use device='tpu'; for several chips "
+        "run one process per chip: %tpu cluster start v6e-4 (tpu_lab.sharding.cluster)."
+    )
+
+
 def chip() -> Chip:
     """The chip this process drives."""
     return _CHIP

@@ -24,7 +24,7 @@ from functools import partial
 import torch
 
 from . import fuse, hooks
-from .driver import PAYLOAD, Block, chip
+from .driver import PAYLOAD, Block, chip, no_such_chip
 
 aten = torch.ops.aten
 _Tensor = torch.Tensor
@@ -389,11 +389,13 @@ def _device_arg_plan(plan, call):
 
     def run(args, kwargs):
         device = kwargs.get("device")
-        if (
-            device is not None
-            and (device.type if device.__class__ is _Device else torch.device(device).type) == "cpu"
-        ):
-            return _run_to_cpu(call, True, args, kwargs)
+        if device is not None:
+            if device.__class__ is not _Device:
+                device = torch.device(device)
+            if device.type == "cpu":
+                return _run_to_cpu(call, True, args, kwargs)
+            if device.index:
+                raise no_such_chip(device.index)
         return plan(args, kwargs)
 
     return run

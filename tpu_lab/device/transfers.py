@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import hooks
-from .driver import chip
+from .driver import chip, no_such_chip
 from .kernels import _CPU, _sync_after_write, payload, sync_point, wrap
 
 _Tensor = torch.Tensor
@@ -58,6 +58,8 @@ def _to_copy(x, **kwargs):
     src = payload(x) if source == "tpu" else x
     device = kwargs.get("device")
     target = device.type if device is not None else source
+    if target == "tpu" and device is not None and device.index:
+        raise no_such_chip(device.index)
     if target != "tpu":
         sync_point("copy to host")
         if hooks.observers:
