@@ -9,16 +9,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 import tpu_lab  # noqa: F401
-from tpu_lab.models import TINY_LLAMA
+from _record import record
+from tpu_lab.models import save_tiny_llama
 from tpu_lab.sharding import cluster as spmd
 
 TP_STEP = """
 import torch
 from transformers import AutoModelForCausalLM
-llama = AutoModelForCausalLM.from_pretrained({folder!r}, tp_plan="auto")
+from transformers import DistributedConfig
+llama = AutoModelForCausalLM.from_pretrained(
+    {folder!r}, distributed_config=DistributedConfig(tp_plan="auto"))
 with torch.no_grad():
     logits = llama(torch.arange(12).reshape(1, 12).to("tpu")).logits
 logits.shape
@@ -26,13 +27,7 @@ logits.shape
 
 
 def main() -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    folder = Path(tempfile.mkdtemp()) / "llama"
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, "num_key_value_heads": 4})).save_pretrained(
-        folder
-    )
+    folder = save_tiny_llama(Path(tempfile.mkdtemp()) / "llama", num_key_value_heads=4)
     started = time.perf_counter()
     cluster = spmd.start("v6e-4")
     ready = time.perf_counter() - started
@@ -55,20 +50,14 @@ def main() -> None:
         stop = time.perf_counter()
         spmd.stop()
         stopped = time.perf_counter() - stop
-    print(
-        f"cluster of 4 ready (controller + 4 engines + 'tpu_dist' group): {ready:6.2f} s"
-        f"  (target <= 10 s)"
-    )
-    print(f"first TP=4 step (load tiny Llama tp_plan='auto' + forward):    {first_step:6.2f} s")
-    print(
-        f"ready + first TP step:                                          "
-        f"{ready + first_step:6.2f} s  (spike: ~8 s with gloo)"
-    )
-    print(f"warm TP=4 forward cell:                                         {warm_step:6.2f} s")
-    print(f"empty cell round trip:                                          {empty_cell:6.3f} s")
-    print(f"restart:                                                        {restarted:6.2f} s")
-    print(f"stop (no process left):                                         {stopped:6.2f} s")
-
+    record("cluster", "cluster of 4 ready (controller, engines, tpu_dist group)", ready, "s",
+           target=10.0)
+    record("cluster", "first TP=4 step (load tiny Llama with tp_plan auto, forward)",
+           first_step, "s")
+    record("cluster", "warm TP=4 forward cell", warm_step, "s")
+    record("cluster", "empty cell round trip", empty_cell, "s")
+    record("cluster", "restart", restarted, "s")
+    record("cluster", "stop (no process left)", stopped, "s")
 
 if __name__ == "__main__":
     main()

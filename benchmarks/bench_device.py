@@ -18,6 +18,7 @@ import time
 import torch
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
+from _record import record
 
 
 def _timed(fn) -> float:
@@ -36,9 +37,8 @@ def side_by_side(cpu_fn, tpu_fn, repeats: int) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(tpu)
 
 
-def _row(name: str, cpu: float, tpu: float, target: str, ratio: float | None = None) -> None:
-    ratio = tpu / cpu if ratio is None else ratio
-    print(f"{name:<46} {cpu * 1e3:>10.2f} {tpu * 1e3:>10.2f} {ratio:>7.2f}x   {target}")
+def _row(name: str, cpu: float, tpu: float, target: float | None = None, note: str = "") -> None:
+    record("device", name, tpu * 1e3, "ms", baseline=cpu * 1e3, target=target, note=note)
 
 
 def bench_generate(repeats: int) -> None:
@@ -56,7 +56,7 @@ def bench_generate(repeats: int) -> None:
     cpu, tpu = side_by_side(
         lambda: cpu_model.generate(ids, **kw), lambda: tpu_model.generate(ids_tpu, **kw), repeats
     )
-    _row("tiny-Llama greedy generate (32 tokens)", cpu, tpu, "target <= 2.0x")
+    _row("tiny-Llama greedy generate (32 tokens)", cpu, tpu, 2.0)
 
 
 def bench_100m_forward(repeats: int) -> None:
@@ -74,7 +74,7 @@ def bench_100m_forward(repeats: int) -> None:
         cpu, tpu = side_by_side(
             lambda: cpu_model(ids).logits, lambda: tpu_model(ids_tpu).logits, repeats
         )
-    _row(f"GPT-2 small forward ({n / 1e6:.0f}M params, 128 tokens)", cpu, tpu, "target <= 1.1x")
+    _row(f"GPT-2 small forward ({n / 1e6:.0f}M params, 128 tokens)", cpu, tpu, 1.1)
 
 
 def bench_matmul(repeats: int) -> None:
@@ -82,9 +82,14 @@ def bench_matmul(repeats: int) -> None:
     at, bt = a.to("tpu"), b.to("tpu")
     cpu, tpu = side_by_side(lambda: a @ b, lambda: at @ bt, repeats)
     flops = 2 * 2048**3
-    print(
-        f"{'2048^2 fp32 matmul GFLOP/s':<46} {flops / cpu / 1e9:>10.1f} {flops / tpu / 1e9:>10.1f}"
-        f" {cpu / tpu:>7.2f}x   throughput ratio, target >= 0.95"
+    record(
+        "device",
+        "2048² fp32 matmul throughput",
+        flops / tpu / 1e9,
+        "GFLOP/s",
+        baseline=flops / cpu / 1e9,
+        target=0.95,
+        lower_is_better=False,
     )
 
 
@@ -117,9 +122,9 @@ def bench_compile_unet(repeats: int) -> None:
             lambda: cpu_unet(x, t).sample, lambda: compiled(xt, tt).sample, repeats
         )
         _, tpu_eager = side_by_side(lambda: None, lambda: tpu_unet(xt, tt).sample, repeats)
-    _row("UNet step: compile(backend='tpu') vs CPU eager", cpu, tpu, "target < 1.0x")
-    _row("UNet step: 'tpu' eager vs CPU eager", cpu, tpu_eager, "(for reference)")
-    print(f"{'':<46} first compiled call (compile time): {first:.1f} s")
+    _row("UNet step, compile(backend='tpu') vs CPU eager", cpu, tpu, 1.0)
+    _row("UNet step, 'tpu' eager vs CPU eager", cpu, tpu_eager, note="for reference")
+    record("device", "UNet first compiled call (compile time)", first, "s")
 
 
 def bench_import(repeats: int) -> None:
@@ -133,10 +138,13 @@ def bench_import(repeats: int) -> None:
 
     torch_only = run("import torch")
     with_lab = run("import torch, tpu_lab; torch.ones(1, device='tpu')")
-    extra = with_lab - torch_only
-    print(
-        f"{'import tpu_lab beyond import torch (s)':<46} {torch_only:>10.2f} {with_lab:>10.2f}"
-        f" {extra:>7.2f}s   target <= 1.0 s"
+    record(
+        "device",
+        "import tpu_lab beyond import torch",
+        with_lab - torch_only,
+        "s",
+        target=1.0,
+        note=f"import torch {torch_only:.2f} s",
     )
 
 
@@ -148,11 +156,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     repeats = 3 if args.quick else 7
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        "ratio = tpu / cpu (lower is better) unless noted"
-    )
-    print(f"{'benchmark':<46} {'cpu ms':>10} {'tpu ms':>10} {'ratio':>8}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     benches = {
         "generate": bench_generate,
         "forward": bench_100m_forward,
