@@ -1,0 +1,183 @@
+"""The dashboard in a real Jupyter Notebook 7, driven by headless Chromium (Debian's, via Playwright).
+
+The same notebook as tests/test_browser_lab.py, opened in Notebook 7's single-document page
+(``/notebooks/...``) and run through its menu bar (Run > Run All Cells). The chip tiles and the
+event feed's recompile with its reason must show, and clicking "Compiled" must switch
+``torch.tpu.eager_mode`` in the kernel (asked through a second client of the same kernel). The
+screenshot is kept as tests/artifacts/dashboard-notebook7.png.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+pytest.importorskip(
+    "notebook", minversion="7", reason="Notebook 7 is missing: pip install 'tpu-lab[lab]'"
+)
+pytest.importorskip("anywidget", reason="anywidget is missing: pip install 'tpu-lab[lab]'")
+pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
+
+from test_browser_lab import (  # noqa: E402 (after the skips: it needs the same packages)
+    CELLS,
+    CHROMIUM_ARGS,
+    _api,
+    _free_port,
+    _kernel_eval,
+    _notebook,
+)
+
+
+def _notebook7_race(error: str) -> bool:
+    """Notebook 7's own start-up race (jupyter/notebook#7862), not the dashboard's: its shortcuts
+    plugin reads ``registry.plugins[id].schema`` of a settings plugin not loaded yet."""
+    return "reading 'schema'" in error and "/static/notebook/notebook_core." in error
+
+
+@pytest.fixture
+def notebook7(tmp_path):
+    """A Notebook 7 server; yields (base url, token, root, runtime dir); stopped in finally."""
+    root, runtime = tmp_path / "root", tmp_path / "runtime"
+    root.mkdir()
+    notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(runtime),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "TPU_LAB_TOPOLOGY": "v6e-4",
+    }
+    log_path = tmp_path / "notebook7.log"
+    log = open(log_path, "w")  # noqa: SIM115 (closed in finally)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "notebook", "--no-browser", "--ip=127.0.0.1",
+         f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", "--JupyterNotebookApp.expose_app_in_browser=True",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                _api(base, token, "/api/status")
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "Notebook 7 did not start:\n" + log_path.read_text()
+                    ) from None
+                time.sleep(0.25)
+        yield base, token, root, runtime
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            for kernel in _api(base, token, "/api/kernels"):
+                _api(base, token, f"/api/kernels/{kernel['id']}", method="DELETE")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+        log.close()
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copy(log_path, ARTIFACTS / "notebook7.log")
+
+
+def test_dashboard_in_notebook7(notebook7):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, token, root, runtime = notebook7
+    start = time.monotonic()
+
+    def step(text: str) -> None:  # progress, shown with the failure
+        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+
+    (root / "dashboard.ipynb").write_text(json.dumps(_notebook(CELLS)))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            errors: list[str] = []  # uncaught exceptions in the page (the widget's included)
+            page.on("pageerror", lambda error: errors.append(f"{error}\n{error.stack}"))
+            step("browser started")
+            page.goto(f"{base}/notebooks/dashboard.ipynb?token={token}")
+            step("page loaded")
+            # Notebook 7's own shell (not JupyterLab's): the notebook is its only document
+            expect(page.locator("#jp-NotebookLogo")).to_be_visible(timeout=60_000)
+            page.wait_for_function(
+                """() => {
+                  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+                  const kernel = panel && panel.sessionContext && panel.sessionContext.session
+                    && panel.sessionContext.session.kernel;
+                  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
+                }""",
+                timeout=60_000,
+            )
+            step("kernel idle")
+            assert page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
+            # the menu bar, as a person would: Run > Run All Cells
+            page.locator(".lm-MenuBar").get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+            dash = page.locator(".tpu-dash")
+            expect(dash).to_be_visible(timeout=60_000)
+            step("dashboard shown")
+            expect(dash.locator(".tpu-dash-chip")).to_have_count(4)
+            recompile = dash.locator(".tpu-dash-event.tpu-kind-recompile")
+            expect(recompile).to_contain_text(
+                "recompiled <lambda>: argument x: dimension 0 changed from 4 to 8", timeout=90_000
+            )
+            explanation = dash.locator(".tpu-dash-why[open] .tpu-dash-explanation")
+            expect(explanation).to_contain_text("size mismatch at index 0. expected 4, actual 8")
+            expect(explanation).to_contain_text("how to fix")
+            expect(dash.locator(".tpu-dash-group-head").first).to_contain_text("1 recompile")
+            expect(dash.locator(".tpu-dash-chip").first).to_contain_text("2.00 GiB of 32.00 GiB")
+            step("chips and the recompile explained in the feed")
+
+            kernel_id = _api(base, token, "/api/sessions")[0]["kernel"]["id"]
+            mode = "print(torch.tpu.eager_mode.name)"
+            assert _kernel_eval(runtime, kernel_id, mode).strip() == "DEFER_NEVER"
+            compiled = dash.locator("button[data-mode='DEFER_AND_FUSE']")
+            expect(compiled).to_have_attribute("aria-checked", "false")
+            compiled.click()
+            expect(dash.locator(".tpu-dash-event.tpu-kind-mode_change")).to_contain_text(
+                "eager mode DEFER_NEVER -> DEFER_AND_FUSE", timeout=30_000
+            )
+            expect(compiled).to_have_attribute("aria-checked", "true")
+            assert _kernel_eval(runtime, kernel_id, mode).strip() == "DEFER_AND_FUSE"
+            step("toggle switched the kernel's eager mode")
+            assert [error for error in errors if not _notebook7_race(error)] == []
+
+            ARTIFACTS.mkdir(exist_ok=True)
+            dash.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-notebook7.png"))
+        except Exception:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-notebook7-failure.png"))
+            raise
+        finally:
+            browser.close()
