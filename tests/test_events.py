@@ -178,3 +178,14 @@ def test_recording_can_be_switched_off(log):
         log.enabled = True
     assert log.events() == []
     assert tpu_lab.status().simulated
+
+
+def test_events_between_cells_belong_to_no_cell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("import torch; torch.ones(2, device='tpu').sum().item()", store_history=True)
+    cell = shell.execution_count - 1
+    assert events.log.events("sync")[-1].cell == cell
+    torch.ones(2, device="tpu").sum().item()  # after the cell: e.g. a widget's callback
+    assert events.log.events("sync")[-1].cell is None

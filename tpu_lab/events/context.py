@@ -81,7 +81,7 @@ def _cell_of_file(filename: str) -> int | None:
     return getattr(shell.compile, "_filename_map", {}).get(filename)
 
 
-_cell: dict[int, int] = {}  # id(shell) -> the running cell's number
+_cell: dict[int, int | None] = {}  # id(shell) -> the running cell's number (None: between cells)
 
 
 def follow(shell) -> None:
@@ -99,6 +99,7 @@ def follow(shell) -> None:
         from . import log
 
         log.pull()
+        _cell[id(shell)] = None  # what happens between cells (widget clicks) is in no cell
 
     shell.events.register("pre_run_cell", pre_run_cell)
     shell.events.register("post_run_cell", post_run_cell)
