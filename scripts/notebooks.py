@@ -62,7 +62,9 @@ def problems(nb) -> list[str]:
                 found.append(f"cell {index}: {output.get('ename')}: {output.get('evalue')}")
                 continue
             if output.get("name") == "stderr":
-                found.append(f"cell {index}: writes to stderr: {output.get('text', '')[:300]!r}")
+                text = output.get("text", "")
+                shown = text if len(text) <= 600 else f"{text[:300]} ... {text[-300:]}"
+                found.append(f"cell {index}: writes to stderr: {shown!r}")
             for text in _texts(output):
                 if match := _FAILURE.search(text):
                     found.append(f"cell {index}: output shows a failure: {match.group(0)!r}")
