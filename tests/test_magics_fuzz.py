@@ -129,7 +129,7 @@ def _state(sh) -> tuple:
     return (
         torch.tpu.eager_mode,
         tpu_lab.backend().status().topology,
-        len(log.events()),
+        log.events()[-1].seq if log.events() else 0,
         list(sh.fuzz_started),
         sorted(k for k in sh.user_ns if not k.startswith("_")),
     )
