@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -105,10 +106,10 @@ def plot(figures: list[Figure], path: Path) -> None:
 
     ratios = [f for f in figures if f.ratio is not None]
     targets = [f for f in figures if f.ratio is None and f.target]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 0.45 * max(len(ratios), len(targets), 4) + 1.5))
+    fig, axes = plt.subplots(1, 2, figsize=(16, 0.45 * max(len(ratios), len(targets), 4) + 1.5))
     for ax, rows, title, value in (
-        (axes[0], ratios, "tpu_lab / baseline, side by side (1 = no overhead)", lambda f: f.ratio),
-        (axes[1], targets, "measured / target (below 1 meets a maximum)", _against_target),
+        (axes[0], ratios, "tpu_lab / baseline, side by side (log scale)", lambda f: f.ratio),
+        (axes[1], targets, "measured / target (1 = at the target)", _against_target),
     ):
         labels = [f"{f.benchmark}: {f.name}"[:60] for f in rows]
         values = [value(f) for f in rows]
@@ -118,6 +119,8 @@ def plot(figures: list[Figure], path: Path) -> None:
         ax.invert_yaxis()
         ax.axvline(1.0, color="black", linewidth=0.8)
         ax.set_title(title, fontsize=10)
+        if rows is ratios:
+            ax.set_xscale("log")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -128,10 +131,20 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--only", nargs="*", help="benchmark names, e.g. device media")
     parser.add_argument("--out", default=str(HERE / "results"), help="folder for the report")
+    parser.add_argument(
+        "--report-only", action="store_true", help="redraw the report from <out>/latest.jsonl"
+    )
     args = parser.parse_args()
-    figures, failures = run(scripts(args.only), args.quick)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        lines = (out / "latest.jsonl").read_text(encoding="utf-8").splitlines()
+        figures, failures = [Figure(**json.loads(line)) for line in lines], {}
+    else:
+        figures, failures = run(scripts(args.only), args.quick)
+        (out / "latest.jsonl").write_text(
+            "".join(json.dumps(asdict(f)) + "\n" for f in figures), encoding="utf-8"
+        )
     (out / "latest.md").write_text(markdown(figures, failures, args.quick), encoding="utf-8")
     plot(figures, out / "latest.png")
     print(f"wrote {out / 'latest.md'} and {out / 'latest.png'}")

@@ -31,7 +31,7 @@ CHROMIUM_ARGS = [
 #: picture -> (notebook, the code cell whose output it shows, counted from 0 among code cells)
 OUTPUTS = {
     "recompile-explanation.png": ("02_eager_vs_compiled", 3),
-    "sharding-map.png": ("03_sharding_across_chips", 5),
+    "sharding-map.png": ("03_sharding_across_chips", 6),
     "plan.png": ("03_sharding_across_chips", 2),
     "digits.png": ("04_images_and_video", 2),
 }
