@@ -9,8 +9,6 @@ the ATen graph (``TPU_LAB_COMPILE_LOWERING=aten``): compiling with Inductor take
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 
@@ -23,17 +21,13 @@ av = pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[vid
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
+from _browser import free_port  # noqa: E402
 from tpu_lab.apps import image as app  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
 
 DEFAULTS = {"label": 7, "count": 2, "steps": 6, "seed": 0, "guidance": 1, "scale": 8,
             "mode": app.EAGER}  # fmt: skip
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +37,7 @@ def server():
         mp.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
         blocks = None
         try:
-            blocks = app.launch(port=_free_port(), block=False)
+            blocks = app.launch(port=free_port(), block=False)
             yield blocks
         finally:
             if blocks is not None:

@@ -5,28 +5,12 @@ mode, click Generate, see the digits, a trajectory video that the browser can pl
 
 from __future__ import annotations
 
-import socket
-from pathlib import Path
-
 import pytest
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+require_chromium()
 pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[demo]'")
 pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
 
@@ -38,18 +22,13 @@ from tpu_lab.apps import image as app  # noqa: E402
 STEPS = 32
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture
 def server(fresh_dynamo, monkeypatch):
     monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")  # compiles in seconds, not a minute
     blocks = None
     try:
-        blocks = app.launch(port=_free_port(), block=False)
+        blocks = app.launch(port=free_port(), block=False)
         yield blocks
     finally:
         if blocks is not None:

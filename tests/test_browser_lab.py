@@ -15,7 +15,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,21 +23,9 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium
 
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+require_chromium()
 pytest.importorskip("jupyterlab", reason="jupyterlab is missing: pip install 'tpu-lab[lab]'")
 pytest.importorskip("anywidget", reason="anywidget is missing: pip install 'tpu-lab[lab]'")
 pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
@@ -75,11 +62,6 @@ def _notebook(cells: list[str]) -> dict:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _api(base: str, token: str, path: str, method: str = "GET"):
     request = urllib.request.Request(
@@ -102,7 +84,7 @@ def lab(tmp_path):
     ):
         (settings / extension).mkdir(parents=True, exist_ok=True)
         (settings / extension / f"{name}.jupyterlab-settings").write_text(value)
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
         "JUPYTER_RUNTIME_DIR": str(runtime),

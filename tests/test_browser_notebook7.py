@@ -18,15 +18,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).parent / "artifacts"
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium
 
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+require_chromium()
 pytest.importorskip(
     "notebook", minversion="7", reason="Notebook 7 is missing: pip install 'tpu-lab[lab]'"
 )
@@ -35,9 +32,7 @@ pytest.importorskip("playwright", reason="playwright is missing: pip install 'tp
 
 from test_browser_lab import (  # noqa: E402 (after the skips: it needs the same packages)
     CELLS,
-    CHROMIUM_ARGS,
     _api,
-    _free_port,
     _kernel_eval,
     _notebook,
 )
@@ -57,7 +52,7 @@ def notebook7(tmp_path):
     notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True)
     (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
         "JUPYTER_RUNTIME_DIR": str(runtime),

@@ -4,30 +4,15 @@ tests/artifacts/media_preview.png."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
 from tpu_lab.media import preview
 from tpu_lab.media import video as video_mod
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install 'tpu-lab[dev]'")
 
 
