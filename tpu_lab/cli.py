@@ -35,6 +35,15 @@ def _parser() -> argparse.ArgumentParser:
     image.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     image.add_argument("--port", type=int, help="port (default: the first free from 7860)")
     image.add_argument("--share", action="store_true", help="also make a public gradio.live link")
+    text = demo_sub.add_parser(
+        "text", help="continue a prompt with the embedded character model (or --model PATH)"
+    )
+    text.add_argument("--model", metavar="PATH",
+                      help="a local model folder written by scripts/train_chars.py")
+    text.add_argument("--device", default="tpu", help="torch device (default: tpu)")
+    text.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    text.add_argument("--port", type=int, help="port (default: the first free from 7860)")
+    text.add_argument("--share", action="store_true", help="also make a public gradio.live link")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
 
@@ -72,6 +81,17 @@ def main(argv: list[str] | None = None) -> int:
                    share=args.share)
         except TpuLabError as exc:
             print(f"tpu-lab demo image: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if args.command == "demo" and args.demo_command == "text":
+        from .apps.text import launch
+        from .errors import TpuLabError
+
+        try:
+            launch(args.model, device=args.device, host=args.host, port=args.port,
+                   share=args.share)
+        except TpuLabError as exc:
+            print(f"tpu-lab demo text: {exc}", file=sys.stderr)
             return 2
         return 0
     parser.print_help(sys.stderr if args.command else sys.stdout)

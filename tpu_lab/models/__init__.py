@@ -40,3 +40,12 @@ def digits_pipeline(device: str = "tpu", path: str | Path | None = None):
     from .digits import digits_pipeline as load
 
     return load(device=device, path=path)
+
+
+def chars_model(device: str = "tpu", path: str | Path | None = None):
+    """The embedded character-level text model and its tokenizer, ``(model, tokenizer)``,
+    loaded with ``AutoModelForCausalLM.from_pretrained`` from the package (or from ``path``)
+    onto ``device``; needs ``pip install 'tpu-lab[hf]'``. ``tokenizer.encode("Beautiful")``."""
+    from .chars import chars_model as load
+
+    return load(device=device, path=path)

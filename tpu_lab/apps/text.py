@@ -1,0 +1,226 @@
+"""``tpu-lab demo text``: continue a prompt with the embedded character model on the "tpu" device.
+
+A Gradio Blocks app. Inputs: the prompt, how many characters to add, the temperature (0 is
+greedy: the most likely character every time), the seed of the sampling, and the execution
+mode (eager, eager with TorchTPU's ``DEFER_AND_FUSE`` compile cache, or the model under
+``torch.compile(backend="tpu", fullgraph=True, dynamic=False)``). Every new character runs the
+model on one fixed window of ``CONTEXT`` tokens (the text so far, right-padded), so the
+compiled model sees a single shape: it compiles on the first compiled request and every later
+token, and request, reuses that graph. Outputs: the text, and the request's compilations,
+recompilations and cache statistics from :mod:`tpu_lab.events`. Requests queue one at a time;
+the server listens on 127.0.0.1 unless told otherwise and makes no share link unless asked.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TpuLabError
+from . import DEFAULT_HOST
+from .image import (
+    COMPILED,
+    EAGER,
+    FUSED,
+    MAX_SEED,
+    MODES,
+    SHOWN,
+    DemoInputError,
+    Report,
+    _device_line,
+    _event_row,
+    _events_after,
+    _last_seq,
+    _real,
+    _report_html,
+    _whole,
+)
+
+__all__ = ["COMPILED", "EAGER", "FUSED", "MODES", "DemoInputError", "Request", "TextDemo"]
+
+#: Allowed ranges of the inputs (inclusive).
+MAX_NEW_TOKENS = 400
+MAX_PROMPT = 2000
+MAX_TEMPERATURE = 2.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One validated request."""
+
+    prompt: str
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    mode: str
+
+
+def check_request(prompt, max_new_tokens, temperature, seed, mode) -> Request:
+    """The inputs as a :class:`Request`, or a :class:`DemoInputError` saying what to change."""
+    if mode not in MODES:
+        raise DemoInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+    if not isinstance(prompt, str) or not prompt:
+        raise DemoInputError("Prompt is empty: type a few characters for the model to continue.")
+    if len(prompt) > MAX_PROMPT:
+        raise DemoInputError(
+            f"Prompt has {len(prompt)} characters; use at most {MAX_PROMPT} (the model reads "
+            "only the last 128 anyway)."
+        )
+    return Request(
+        prompt=prompt,
+        max_new_tokens=_whole(max_new_tokens, "Characters", 1, MAX_NEW_TOKENS),
+        temperature=_real(temperature, "Temperature", 0.0, MAX_TEMPERATURE),
+        seed=_whole(seed, "Seed", 0, MAX_SEED),
+        mode=mode,
+    )
+
+
+def load_model(path: str | Path | None = None, device: str = "tpu"):
+    """The embedded character model and tokenizer, or those of the folder at ``path`` (one
+    written by ``scripts/train_chars.py``: ``config.json``, weights and ``vocab.json``)."""
+    from ..models.chars import chars_model
+
+    return chars_model(device=device, path=None if path is None else Path(path).expanduser())
+
+
+class TextDemo:
+    """The app's state: the model, its tokenizer, its compiled twin (made on first use), and
+    the handler :meth:`generate`."""
+
+    def __init__(self, model, tokenizer, *, title: str = "Continue a text") -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.title = title
+        self._compiled = None
+
+    def close(self) -> None:
+        self._compiled = None
+
+    def runner(self, mode: str):
+        """The model for ``mode``: the compiled one is
+        ``torch.compile(model, backend="tpu", fullgraph=True, dynamic=False)``."""
+        if mode != COMPILED:
+            return self.model
+        if self._compiled is None:
+            import torch
+
+            self._compiled = torch.compile(
+                self.model, backend="tpu", fullgraph=True, dynamic=False
+            )
+        return self._compiled
+
+    def run(self, request: Request) -> tuple[str, Report]:
+        """Continue ``request.prompt``: (the new text, :class:`Report`)."""
+        import torch
+
+        from .. import backend
+        from ..models.chars import generate
+
+        ids = self.tokenizer.encode(request.prompt)
+        model = self.runner(request.mode)
+        kwargs = {
+            "temperature": request.temperature,
+            "generator": torch.Generator("cpu").manual_seed(request.seed),
+            "device": self.model.device,
+        }
+        seq, cache_before = _last_seq(), backend().cache_stats()
+        start = time.perf_counter()
+        if request.mode == FUSED:
+            with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+                new = generate(model, ids, request.max_new_tokens, **kwargs)
+        else:
+            new = generate(model, ids, request.max_new_tokens, **kwargs)
+        seconds = time.perf_counter() - start
+        events = _events_after(seq)
+        cache_after = backend().cache_stats()
+        report = Report(
+            mode=request.mode,
+            seconds=seconds,
+            events=[_event_row(e) for e in events if e.kind in SHOWN],
+            counts={k: n for k in ("compile", "recompile", "cache_hit", "cache_miss", "sync",
+                                   "transfer") if (n := sum(e.kind == k for e in events))},
+            cache={k: cache_after[k] - cache_before[k] for k in cache_after},
+        )
+        return self.tokenizer.decode(new), report
+
+    def generate(self, prompt, max_new_tokens, temperature, seed, mode):
+        """The Gradio handler: (prompt and continuation, events HTML, report dict)."""
+        import gradio as gr
+
+        try:
+            request = check_request(prompt, max_new_tokens, temperature, seed, mode)
+            text, report = self.run(request)
+        except TpuLabError as exc:
+            raise gr.Error(str(exc)) from exc
+        return request.prompt + text, _report_html(report), report.to_dict()
+
+    def blocks(self):
+        """The Gradio Blocks of the app."""
+        import gradio as gr
+
+        with gr.Blocks(title=f"tpu_lab: {self.title}") as demo:
+            gr.Markdown(
+                f"## {self.title}\nThe embedded character-level model (trained on the Zen of "
+                f"Python and standard-library docstrings) on the `tpu` device "
+                f"({_device_line()}). Every character runs the model on one fixed window, so "
+                "in compiled mode the first request compiles and later ones reuse the graph."
+            )
+            with gr.Row():
+                with gr.Column(scale=1):
+                    prompt = gr.Textbox("Beautiful is", lines=3, label="Prompt",
+                                        elem_id="prompt")
+                    # Typed numbers are checked by the handler, which names the field.
+                    count = gr.Number(80, label=f"Characters (1-{MAX_NEW_TOKENS})")
+                    temperature = gr.Slider(0, MAX_TEMPERATURE, value=0, step=0.1,
+                                            label="Temperature (0 = greedy)")
+                    seed = gr.Number(0, label="Seed (sampling)")
+                    mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
+                    button = gr.Button("Generate", variant="primary", elem_id="generate")
+                with gr.Column(scale=2):
+                    output = gr.Textbox(label="Text", lines=10, elem_id="text")
+            events = gr.HTML(label="Device events", elem_id="events")
+            report = gr.JSON(label="Request report", elem_id="report")
+            button.click(
+                self.generate,
+                [prompt, count, temperature, seed, mode],
+                [output, events, report],
+                api_name="generate",
+            )
+        demo.queue(default_concurrency_limit=1)
+        return demo
+
+
+def build(model: str | Path | None = None, device: str = "tpu"):
+    """The app for ``model`` (default: the embedded character model) as Gradio Blocks; the
+    :class:`TextDemo` is ``blocks.demo``."""
+    try:
+        import gradio  # noqa: F401
+    except ImportError as exc:
+        raise ImportError("The demo apps need gradio: pip install 'tpu-lab[demo]'") from exc
+    app = TextDemo(*load_model(model, device))
+    blocks = app.blocks()
+    blocks.demo = app
+    return blocks
+
+
+def launch(
+    model: str | Path | None = None,
+    *,
+    device: str = "tpu",
+    host: str = DEFAULT_HOST,
+    port: int | None = None,
+    share: bool = False,
+    block: bool = True,
+):
+    """Build and serve the app on ``host:port`` (127.0.0.1 and a free port by default; a
+    public share link only with ``share=True``); returns the Blocks (``.close()`` stops it)."""
+    blocks = build(model, device)
+    blocks.launch(
+        server_name=host,
+        server_port=port,
+        share=share,
+        prevent_thread_lock=not block,
+        show_error=True,
+    )
+    return blocks
