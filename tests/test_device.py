@@ -208,8 +208,9 @@ def test_ops_that_write_an_argument_return_their_result():
 
 
 def test_moving_a_model_without_grad_both_ways():
-    """``model.to`` under no_grad, and frozen models back to the CPU (torch asks the device
-    whether the tensor types are compatible: tpu and cpu are not, as for CUDA)."""
+    """``model.to`` under no_grad, and frozen models back to the CPU (torch asks whether the
+    tensor types are shallow-copy compatible: cpu and a PrivateUse1 device never are, so
+    ``Module._apply`` makes new parameters, as for every out-of-tree device)."""
     with torch.no_grad():
         model = torch.nn.Linear(3, 3).to("tpu")
     assert model.weight.device.type == "tpu"
