@@ -1,6 +1,7 @@
 """Tiny models built from configs (nothing is downloaded), saved so that the real
 ``from_pretrained`` path loads them: for the tour, the benchmarks and the notebooks; and the
-embedded digits model (``digits_pipeline``), trained here and shipped in the package."""
+embedded digits model (``digits_pipeline``) and character-level text model (``chars_model``),
+trained here and shipped in the package."""
 
 from __future__ import annotations
 
