@@ -72,26 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         path = install(prefix=args.prefix, user=not args.sys_prefix)
         print(f"Installed the Jupyter kernel {DISPLAY_NAME!r} in {path}")
         return 0
-    if args.command == "demo" and args.demo_command == "image":
-        from .apps.image import launch
+    if args.command == "demo" and args.demo_command in ("image", "text"):
+        import importlib
+
         from .errors import TpuLabError
 
+        app = importlib.import_module(f"tpu_lab.apps.{args.demo_command}")
         try:
-            launch(args.model, device=args.device, host=args.host, port=args.port,
-                   share=args.share)
+            app.launch(args.model, device=args.device, host=args.host, port=args.port,
+                       share=args.share)
         except TpuLabError as exc:
-            print(f"tpu-lab demo image: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    if args.command == "demo" and args.demo_command == "text":
-        from .apps.text import launch
-        from .errors import TpuLabError
-
-        try:
-            launch(args.model, device=args.device, host=args.host, port=args.port,
-                   share=args.share)
-        except TpuLabError as exc:
-            print(f"tpu-lab demo text: {exc}", file=sys.stderr)
+            print(f"tpu-lab demo {args.demo_command}: {exc}", file=sys.stderr)
             return 2
         return 0
     parser.print_help(sys.stderr if args.command else sys.stdout)

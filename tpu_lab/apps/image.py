@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TpuLabError
-from . import DEFAULT_HOST
+from . import DEFAULT_HOST, require_gradio, serve
 
 #: Execution modes offered by the app.
 EAGER, FUSED, COMPILED = "eager", "eager (DEFER_AND_FUSE)", "compiled"
@@ -376,10 +376,7 @@ def _report_html(report: Report) -> str:
 def build(model: str | Path | None = None, device: str = "tpu"):
     """The app for ``model`` (default: the embedded digits model) as Gradio Blocks; the
     :class:`ImageDemo` is ``blocks.demo``."""
-    try:
-        import gradio  # noqa: F401
-    except ImportError as exc:
-        raise ImportError("The demo apps need gradio: pip install 'tpu-lab[demo]'") from exc
+    require_gradio()
     app = ImageDemo(load_model(model, device))
     blocks = app.blocks()
     blocks.demo = app
@@ -397,12 +394,4 @@ def launch(
 ):
     """Build and serve the app on ``host:port`` (127.0.0.1 and a free port by default; a
     public share link only with ``share=True``); returns the Blocks (``.close()`` stops it)."""
-    blocks = build(model, device)
-    blocks.launch(
-        server_name=host,
-        server_port=port,
-        share=share,
-        prevent_thread_lock=not block,
-        show_error=True,
-    )
-    return blocks
+    return serve(build(model, device), host=host, port=port, share=share, block=block)

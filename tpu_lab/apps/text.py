@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TpuLabError
-from . import DEFAULT_HOST
+from . import DEFAULT_HOST, require_gradio, serve
 from .image import (
     COMPILED,
     EAGER,
@@ -194,10 +194,7 @@ class TextDemo:
 def build(model: str | Path | None = None, device: str = "tpu"):
     """The app for ``model`` (default: the embedded character model) as Gradio Blocks; the
     :class:`TextDemo` is ``blocks.demo``."""
-    try:
-        import gradio  # noqa: F401
-    except ImportError as exc:
-        raise ImportError("The demo apps need gradio: pip install 'tpu-lab[demo]'") from exc
+    require_gradio()
     app = TextDemo(*load_model(model, device))
     blocks = app.blocks()
     blocks.demo = app
@@ -215,12 +212,4 @@ def launch(
 ):
     """Build and serve the app on ``host:port`` (127.0.0.1 and a free port by default; a
     public share link only with ``share=True``); returns the Blocks (``.close()`` stops it)."""
-    blocks = build(model, device)
-    blocks.launch(
-        server_name=host,
-        server_port=port,
-        share=share,
-        prevent_thread_lock=not block,
-        show_error=True,
-    )
-    return blocks
+    return serve(build(model, device), host=host, port=port, share=share, block=block)
