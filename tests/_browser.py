@@ -1,8 +1,10 @@
-"""What the browser tests share: Debian's chromium driven by Playwright (it cannot download a
-browser here), with the flags CI allows, a folder for screenshots, and free local ports."""
+"""What the browser and server tests share: Debian's chromium driven by Playwright (it cannot
+download a browser here), with the flags CI allows, a folder for screenshots, free local ports,
+and a tpu_lab Gradio app served on 127.0.0.1 for the length of a test."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 
@@ -33,3 +35,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served(app):
+    """``app.launch(...)`` (a ``tpu_lab.apps`` module) on a free port of 127.0.0.1, compiling the
+    ATen graph (seconds, where Inductor takes a minute); closed, Dynamo's caches dropped, and
+    the environment restored on the way out."""
+    import torch
+
+    torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+        blocks = None
+        try:
+            blocks = app.launch(port=free_port(), block=False)
+            yield blocks
+        finally:
+            if blocks is not None:
+                blocks.close()
+                blocks.demo.close()
+            torch._dynamo.reset()

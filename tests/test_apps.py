@@ -10,7 +10,6 @@ the ATen graph (``TPU_LAB_COMPILE_LOWERING=aten``): compiling with Inductor take
 from __future__ import annotations
 
 import pytest
-import torch
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
 
@@ -21,7 +20,7 @@ av = pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[vid
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from _browser import free_port  # noqa: E402
+from _browser import served  # noqa: E402
 from tpu_lab.apps import image as app  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
 
@@ -32,18 +31,8 @@ DEFAULTS = {"label": 7, "count": 2, "steps": 6, "seed": 0, "guidance": 1, "scale
 
 @pytest.fixture(scope="module")
 def server():
-    torch._dynamo.reset()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
-        blocks = None
-        try:
-            blocks = app.launch(port=free_port(), block=False)
-            yield blocks
-        finally:
-            if blocks is not None:
-                blocks.close()
-                blocks.demo.close()
-            torch._dynamo.reset()
+    with served(app) as blocks:
+        yield blocks
 
 
 @pytest.fixture(scope="module")

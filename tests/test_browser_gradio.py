@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium, served
 
 require_chromium()
 pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[demo]'")
@@ -24,16 +24,9 @@ STEPS = 32
 
 
 @pytest.fixture
-def server(fresh_dynamo, monkeypatch):
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")  # compiles in seconds, not a minute
-    blocks = None
-    try:
-        blocks = app.launch(port=free_port(), block=False)
+def server():
+    with served(app) as blocks:
         yield blocks
-    finally:
-        if blocks is not None:
-            blocks.close()
-            blocks.demo.close()
 
 
 def test_generate_shows_the_digits_and_a_playable_video(server):

@@ -24,7 +24,7 @@ pytest.importorskip("gradio_client", reason="gradio_client is missing: pip insta
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from _browser import free_port  # noqa: E402
+from _browser import served  # noqa: E402
 from tpu_lab.apps import text as app  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
 from tpu_lab.models import chars_model  # noqa: E402
@@ -101,18 +101,8 @@ def test_greedy_recites_the_zen(models):
 
 @pytest.fixture(scope="module")
 def server():
-    torch._dynamo.reset()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
-        blocks = None
-        try:
-            blocks = app.launch(port=free_port(), block=False)
-            yield blocks
-        finally:
-            if blocks is not None:
-                blocks.close()
-                blocks.demo.close()
-            torch._dynamo.reset()
+    with served(app) as blocks:
+        yield blocks
 
 
 @pytest.fixture(scope="module")
