@@ -277,10 +277,13 @@ class _Binding:
 
     The dispatcher leaves out arguments equal to their defaults, and a binding's defaults can
     differ from the schema's (``binary_cross_entropy_with_logits``: reduction): the binding is
-    always called with every argument, ``rest`` and ``kw`` supplying the schema's defaults.
+    called with every argument, ``rest`` and ``kw`` supplying the schema's defaults, unless it
+    was seen to reach the same op with the same arguments when called with only the arguments
+    the dispatcher passed. ``bare`` maps a number of positional arguments (no keywords) to
+    whether that was seen; ``fn(*args)`` is the fastest call (no keywords to parse).
     """
 
-    __slots__ = ("op", "fn", "tries", "rest", "kw")
+    __slots__ = ("op", "fn", "tries", "rest", "kw", "bare")
 
     def __init__(self, op, allowed: bool) -> None:
         self.op = op
@@ -292,6 +295,23 @@ class _Binding:
         self.kw = {
             a.name: a.default_value for a in arguments if a.kwarg_only and a.has_default_value()
         }
+        self.bare: dict[int, bool] = {}
+
+    def call(self, call, args, kwargs):
+        """The op's result on ``args``/``kwargs`` (CPU payloads, or outer tensors for views),
+        through the binding where it was seen to be the op, probing it on the first calls."""
+        fn = self.fn
+        if fn is None or _function_mode():
+            if self.tries and not _function_mode():
+                return self.probe(call, args, kwargs)
+            return call(*args, **kwargs)
+        if not kwargs:
+            bare = self.bare.get(len(args))
+            if bare is None:
+                bare = self._probe_bare(fn, call, args)
+            if bare:
+                return fn(*args)
+        return fn(*args, *self.rest[len(args) :], **({**self.kw, **kwargs} if self.kw else kwargs))
 
     def probe(self, call, args, kwargs):
         """The op's result, run as ``call(*args, **kwargs)``. Before, on its first calls, the
@@ -315,6 +335,14 @@ class _Binding:
             self.tries = 0
         return call(*args, **kwargs)
 
+    def _probe_bare(self, fn, call, args) -> bool:
+        """Whether ``fn(*args)`` reaches the op with the arguments ``call(*args)`` does (the
+        binding's defaults are the schema's for the arguments left out)."""
+        sargs = _stand_in(args)
+        first, second = _first_ops((lambda: call(*sargs), lambda: fn(*sargs)))
+        bare = self.bare[len(args)] = first is not None and first == second
+        return bare
+
 
 def _binding_of(op):
     name = op._schema.name.partition("::")[2]
@@ -334,16 +362,9 @@ def _view_plan(op, bindings: bool):
         previous = _meta_included()
         _include_meta(True)
         try:
-            fn = binding.fn
-            if fn is not None and not _function_mode():
-                return fn(
-                    *args,
-                    *binding.rest[len(args) :],
-                    **({**binding.kw, **kwargs} if binding.kw else kwargs),
-                )
-            if binding.tries and not _function_mode():
-                return binding.probe(call, args, kwargs)
-            return call(*args, **kwargs)
+            if not kwargs and binding.bare.get(len(args)) and not _function_mode():
+                return binding.fn(*args)
+            return binding.call(call, args, kwargs)
         finally:
             _include_meta(previous)
 
@@ -361,19 +382,12 @@ def _compute_plan(op, strict: bool, kw_unwrap: bool, bindings: bool):
 
     def plan(args, kwargs):
         uargs = [_unwrap(a, strict) for a in args]
-        if kwargs and kw_unwrap:
-            kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
-        fn = binding.fn
-        if fn is not None and not _function_mode():
-            out = fn(
-                *uargs,
-                *binding.rest[len(uargs) :],
-                **({**binding.kw, **kwargs} if binding.kw else kwargs),
-            )
-        elif binding.tries and not _function_mode():
-            out = binding.probe(call, uargs, kwargs)
+        if not kwargs and binding.bare.get(len(uargs)) and not _function_mode():
+            out = binding.fn(*uargs)
         else:
-            out = call(*uargs, **kwargs)
+            if kwargs and kw_unwrap:
+                kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
+            out = binding.call(call, uargs, kwargs)
         if out.__class__ is _Tensor and out.is_cpu:
             for i, u in enumerate(uargs):
                 if out is u:  # the CPU kernel returned an input as is
