@@ -21,6 +21,27 @@ def test_factories_transfers_and_printing():
     assert torch.tensor([1, 2], device="tpu").tolist() == [1, 2]
 
 
+def test_factories_keep_their_arguments_once_they_run_through_the_python_binding():
+    """After its first calls a factory runs through its Python binding on the CPU (probed with
+    the "tpu" device in the CPU's place): dtypes, values and the device stay right."""
+    cases = [
+        (torch.full, ((2, 3), 2.5), {"dtype": torch.float16}),
+        (torch.arange, (1, 10, 3), {}),
+        (torch.zeros, ((4,),), {"dtype": torch.int32}),
+        (torch.ones, (2, 2), {}),
+        (torch.empty, ((3,),), {"dtype": torch.bfloat16}),
+    ]
+    for factory, args, kwargs in cases:
+        for _ in range(4):
+            got = factory(*args, device="tpu", **kwargs)
+            want = factory(*args, **kwargs)
+            assert got.device == torch.device("tpu", 0) and got.dtype == want.dtype
+            assert got.shape == want.shape
+            if factory is not torch.empty:
+                assert torch.equal(got.cpu(), want)
+    assert torch.full((2,), 1.0, device="cpu").device.type == "cpu"
+
+
 def test_views_share_storage_and_in_place_ops_are_seen_through_views():
     base_cpu = torch.arange(12.0).reshape(3, 4)
     base = base_cpu.to("tpu")

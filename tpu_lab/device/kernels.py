@@ -228,12 +228,15 @@ def _arguments(value):
 
 
 def _stand_in(value):
-    """A "tpu" tensor without data in place of each tensor: ops on it reach a device kernel,
-    where a probe stops them (nothing can compute on it)."""
+    """A "tpu" tensor without data in place of each tensor, and the "tpu" device in place of
+    the CPU (a factory's ``device`` argument, unwrapped to the CPU for the payload): ops on
+    them reach a device kernel, where a probe stops them (nothing can compute on them)."""
     if isinstance(value, _Tensor):
         return _create_empty(value.shape, value.dtype)
     if isinstance(value, (list, tuple)):
         return type(value)(_stand_in(v) for v in value)
+    if value.__class__ is _Device and value.type == "cpu":
+        return _Device("tpu", 0)
     return value
 
 
