@@ -6,6 +6,16 @@ gloo: a "tpu" tensor's bytes are a CPU tensor (its payload), so gloo reads and w
 payload in place; nothing is copied and no transfer is recorded. Gloo's sockets are bound to
 127.0.0.1. The same user code (``init_process_group("tpu_dist")``, DTensor, tensor parallel
 ``from_pretrained``) then runs unchanged on both.
+
+Every collective reaches gloo through this class's methods, and each one has finished when it
+returns (send and recv excepted). Gloo's worker thread drops its last reference to a finished
+collective's tensors while it holds gloo's queue lock, and dropping a tensor that Python also
+holds needs the GIL. A collective that reached gloo with the GIL held would wait for that lock
+while holding the GIL, and a wait for a queued collective with the GIL held would keep the other
+worker from starting it: either hangs the rank for good, and the other ranks time out. The
+methods here are reached from PyTorch's functional collectives (what DTensor and tensor
+parallelism call) with the GIL held; gloo's Python bindings release it while they enqueue and
+wait, and by the time the functional collective's own wait runs, the collective is done.
 """
 
 from __future__ import annotations
@@ -39,7 +49,11 @@ def _cpu(x):
 
 
 class TpuDistBackend(dist.ProcessGroup):
-    """Collectives on "tpu" (and CPU) tensors through gloo, in place on their payloads."""
+    """Collectives on "tpu" (and CPU) tensors through gloo, in place on their payloads.
+
+    Each collective is enqueued and waited for through gloo's Python bindings, which release the
+    GIL (see the module docstring); send and recv stay asynchronous, so that two ranks can post
+    them in either order."""
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)
@@ -54,45 +68,63 @@ class TpuDistBackend(dist.ProcessGroup):
         return BACKEND
 
     def allreduce(self, tensors, opts):
-        return self._gloo.allreduce(_cpu(tensors), opts)
+        return _done(self._gloo.allreduce(_cpu(tensors), opts))
 
     def allreduce_coalesced(self, tensors, opts):
-        return self._gloo.allreduce_coalesced(_cpu(tensors), opts)
+        return _done(self._gloo.allreduce_coalesced(_cpu(tensors), opts))
 
     def broadcast(self, tensors, opts):
-        return self._gloo.broadcast(_cpu(tensors), opts)
+        return _done(self._gloo.broadcast(_cpu(tensors), opts))
 
     def reduce(self, tensors, opts):
-        return self._gloo.reduce(_cpu(tensors), opts)
+        return _done(self._gloo.reduce(_cpu(tensors), opts))
 
     def allgather(self, output_tensors, input_tensors, opts):
-        return self._gloo.allgather(_cpu(output_tensors), _cpu(input_tensors), opts)
+        return _done(self._gloo.allgather(_cpu(output_tensors), _cpu(input_tensors), opts))
 
     def _allgather_base(self, output, input, opts):
-        return self._gloo._allgather_base(_cpu(output), _cpu(input), opts)
+        return _done(self._gloo._allgather_base(_cpu(output), _cpu(input), opts))
 
     def allgather_coalesced(self, output_lists, input_list, opts):
-        return self._gloo.allgather_coalesced(_cpu(output_lists), _cpu(input_list), opts)
+        return _done(self._gloo.allgather_coalesced(_cpu(output_lists), _cpu(input_list), opts))
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        """What the functional ``all_gather_into_tensor`` calls, one tensor at a time."""
+        works = [
+            _done(self._gloo._allgather_base(out, inp, opts))
+            for out, inp in zip(_cpu(outputs), _cpu(inputs), strict=True)
+        ]
+        return works[-1] if works else _nothing()
 
     def gather(self, output_tensors, input_tensors, opts):
-        return self._gloo.gather(_cpu(output_tensors), _cpu(input_tensors), opts)
+        return _done(self._gloo.gather(_cpu(output_tensors), _cpu(input_tensors), opts))
 
     def scatter(self, output_tensors, input_tensors, opts):
-        return self._gloo.scatter(_cpu(output_tensors), _cpu(input_tensors), opts)
+        return _done(self._gloo.scatter(_cpu(output_tensors), _cpu(input_tensors), opts))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts):
-        return self._gloo.reduce_scatter(_cpu(output_tensors), _cpu(input_tensors), opts)
+        return _done(self._gloo.reduce_scatter(_cpu(output_tensors), _cpu(input_tensors), opts))
 
     def _reduce_scatter_base(self, output, input, opts):
-        return self._gloo._reduce_scatter_base(_cpu(output), _cpu(input), opts)
+        return _done(self._gloo._reduce_scatter_base(_cpu(output), _cpu(input), opts))
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        """What the functional ``reduce_scatter_tensor`` calls, one tensor at a time."""
+        works = [
+            _done(self._gloo._reduce_scatter_base(out, inp, opts))
+            for out, inp in zip(_cpu(outputs), _cpu(inputs), strict=True)
+        ]
+        return works[-1] if works else _nothing()
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
-        return self._gloo.alltoall_base(
-            _cpu(output), _cpu(input), output_split_sizes, input_split_sizes, opts
+        return _done(
+            self._gloo.alltoall_base(
+                _cpu(output), _cpu(input), output_split_sizes, input_split_sizes, opts
+            )
         )
 
     def alltoall(self, output_tensors, input_tensors, opts):
-        return self._gloo.alltoall(_cpu(output_tensors), _cpu(input_tensors), opts)
+        return _done(self._gloo.alltoall(_cpu(output_tensors), _cpu(input_tensors), opts))
 
     def send(self, tensors, dst, tag):
         return self._gloo.send(_cpu(tensors), dst, tag)
@@ -104,7 +136,22 @@ class TpuDistBackend(dist.ProcessGroup):
         return self._gloo.recv_anysource(_cpu(tensors), tag)
 
     def barrier(self, opts):
-        return self._gloo.barrier(opts)
+        return _done(self._gloo.barrier(opts))
+
+
+def _done(work):
+    """``work``, finished: gloo's binding waits with the GIL released."""
+    work.wait()
+    return work
+
+
+def _nothing():
+    """A finished work, for a coalesced collective given no tensors."""
+    from torch._C._distributed_c10d import _create_work_from_future
+
+    future = torch.futures.Future()
+    future.set_result([])
+    return _create_work_from_future(future)
 
 
 def _create(store, rank: int, size: int, timeout: timedelta) -> TpuDistBackend:
