@@ -186,6 +186,33 @@ def test_a_rank_that_raises_is_reported_and_the_cluster_goes_on(cluster):
     assert cluster.run_cell("1 + 1").result["text/plain"] == "2"
 
 
+def test_ranks_left_waiting_say_where_they_wait_and_restart_recovers(cluster):
+    with pytest.raises(SpmdError) as info:
+        cluster.run_cell(
+            "import torch.distributed as dist\n"
+            "if dist.get_rank() == 2:\n"
+            "    raise ValueError('boom on rank 2')\n"
+            "dist.barrier()\n"
+        )
+    message = str(info.value)
+    assert message.startswith("The cell failed on 4 of 4 ranks (0, 1, 2, 3).")
+    assert "%tpu cluster restart" in message
+    assert "ValueError: boom on rank 2" in message
+    for rank in (0, 1, 3):
+        waiting = message.split(f"rank {rank} (pid")[1].split("\n\nrank ")[0]
+        assert "did not finish" in waiting
+        assert "waiting in a collective for the failed ranks" in waiting
+        # faulthandler's stack of the rank's main thread, from the barrier down to the cell
+        assert "where it is now (most recent call first):" in waiting
+        frames = waiting.split("(most recent call first):\n")[1].splitlines()
+        assert frames[0].startswith('  File "') and "tpu_dist.py" in frames[0], frames
+        assert any(line.endswith(" in barrier") for line in frames), frames
+        assert "interactiveshell.py" not in waiting
+    assert cluster.state == "broken"
+    spmd.restart()
+    assert cluster.run_cell("1 + 1").result["text/plain"] == "2"
+
+
 def test_a_killed_rank_is_reported_and_restart_recovers(cluster):
     killed = cluster.ranks[1].pid
     with pytest.raises(SpmdError) as info:

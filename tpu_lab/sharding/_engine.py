@@ -6,14 +6,27 @@ in the engine's IPython namespace between :func:`before_cell` and :func:`after_c
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 from datetime import timedelta
 
+#: The signal that makes a rank write the Python stack of every thread to its stack file.
+STACK_SIGNAL = signal.SIGUSR1
+
 _snapshot: dict = {}
+_stack_file = None
 
 
-def setup(rank: int, world_size: int, store_path: str, timeout_s: float) -> dict:
-    """Join the ``tpu_dist`` process group as ``rank``; bind this process to its one chip."""
+def setup(rank: int, world_size: int, store_path: str, timeout_s: float, stack_path: str) -> dict:
+    """Join the ``tpu_dist`` process group as ``rank``; bind this process to its one chip.
+
+    On :data:`STACK_SIGNAL` the rank appends every thread's Python stack to ``stack_path``
+    (faulthandler writes it from the signal handler: a rank stuck in C code, even holding the
+    GIL, still says where it is)."""
+    global _stack_file
+    _stack_file = open(stack_path, "a")  # noqa: SIM115 (open for the life of the engine)
+    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     import torch
     import torch.distributed as dist

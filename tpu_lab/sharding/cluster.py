@@ -37,6 +37,10 @@ CLUSTER_ENV = "TPU_LAB_CLUSTER"
 COLLECTIVE_TIMEOUT_S = 120.0
 #: Seconds the other ranks get to finish after one rank failed.
 GRACE_S = 5.0
+#: Seconds a rank that did not finish gets to write where it is.
+STACK_S = 3.0
+#: Frames shown of a rank that did not finish (the most recent ones).
+STACK_FRAMES = 16
 
 _lock = threading.RLock()
 _current: Cluster | None = None
@@ -117,7 +121,12 @@ class Cluster(View):
             store = os.path.join(self._folder, "store")
             replies = [
                 self._client[eid].apply_async(
-                    _engine.setup, rank, self.world_size, store, self.collective_timeout_s
+                    _engine.setup,
+                    rank,
+                    self.world_size,
+                    store,
+                    self.collective_timeout_s,
+                    self._stack_path(rank),
                 )
                 for rank, eid in enumerate(ids)
             ]
@@ -254,9 +263,37 @@ class Cluster(View):
                             if late
                             else f"still running after {timeout_s} s"
                         )
+                        where = self._where(rank)
+                        if where:
+                            why += f"; where it is now (most recent call first):\n{where}"
                         failures.append(RankFailure(rank.rank, rank.pid, "hung", why))
                 self.failures = tuple(failures)
                 raise SpmdError(failure_message(failures, self.world_size))
+
+    def _stack_path(self, rank: int) -> str:
+        return os.path.join(self._folder, f"stack-{rank}.txt")
+
+    def _where(self, rank: Rank) -> str:
+        """The Python stack of ``rank``'s main thread now, most recent call first ("" if the
+        rank does not answer within :data:`STACK_S`)."""
+        path = self._stack_path(rank.rank)
+        start = os.path.getsize(path) if os.path.exists(path) else 0
+        try:
+            os.kill(rank.pid, _engine.STACK_SIGNAL)
+        except OSError:
+            return ""
+        deadline = time.monotonic() + STACK_S
+        while time.monotonic() < deadline:
+            try:
+                with open(path) as f:
+                    f.seek(start)
+                    frames = _main_thread(f.read())
+            except OSError:
+                return ""
+            if frames:
+                return frames
+            time.sleep(0.05)
+        return ""
 
     # -- views ---------------------------------------------------------------------------------
 
@@ -312,6 +349,24 @@ def _exit_text(pid: int) -> str:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+", re.M)
+
+
+def _main_thread(dump: str) -> str:
+    """The frames of an engine's main thread in a faulthandler dump, from the most recent down
+    to the cell (IPython's machinery below it is the same on every rank); "" until that thread
+    is in the dump."""
+    for block in _THREAD.split(dump):
+        frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
+        if not frames or "_launch.py" not in frames[-1]:
+            continue
+        shell = [i for i, line in enumerate(frames) if "IPython/core/interactiveshell.py" in line]
+        frames = frames[: shell[0]] if shell else frames
+        shown = ["  " + line for line in frames[:STACK_FRAMES]]
+        if len(frames) > STACK_FRAMES:
+            shown.append(f"  ... and {len(frames) - STACK_FRAMES} more")
+        return "\n".join(shown)
+    return ""
 
 
 def _traceback(run) -> str:
