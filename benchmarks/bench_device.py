@@ -9,6 +9,7 @@ the simulation's overhead, never TPU speed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -41,22 +42,98 @@ def _row(name: str, cpu: float, tpu: float, target: float | None = None, note: s
     record("device", name, tpu * 1e3, "ms", baseline=cpu * 1e3, target=target, note=note)
 
 
-def bench_generate(repeats: int) -> None:
+def _generate_pair(folder: str, **config):
+    """The same saved Llama on the CPU and on "tpu", an 8-token prompt, greedy settings."""
     from transformers import LlamaForCausalLM
 
     from tpu_lab.models import save_tiny_llama
 
-    with tempfile.TemporaryDirectory() as folder:
-        save_tiny_llama(folder)
-        cpu_model = LlamaForCausalLM.from_pretrained(folder).eval()
-        tpu_model = LlamaForCausalLM.from_pretrained(folder, device_map="tpu").eval()
-    ids = torch.randint(0, 256, (1, 8))
+    save_tiny_llama(folder, **config)
+    cpu_model = LlamaForCausalLM.from_pretrained(folder).eval()
+    tpu_model = LlamaForCausalLM.from_pretrained(folder, device_map="tpu").eval()
+    ids = torch.randint(0, cpu_model.config.vocab_size, (1, 8))
     ids_tpu = ids.to("tpu")
     kw = {"max_new_tokens": 32, "min_new_tokens": 32, "do_sample": False}
-    cpu, tpu = side_by_side(
-        lambda: cpu_model.generate(ids, **kw), lambda: tpu_model.generate(ids_tpu, **kw), repeats
-    )
+    return (lambda: cpu_model.generate(ids, **kw)), (lambda: tpu_model.generate(ids_tpu, **kw))
+
+
+def _device_ops(fn) -> int:
+    """How many ops ``fn`` runs on the device (counted where the device's kernels start)."""
+    from tpu_lab.device import kernels
+
+    count = 0
+
+    def counter(qualname, args, kwargs) -> None:
+        nonlocal count
+        count += 1
+
+    kernels.recorder = counter
+    try:
+        fn()
+    finally:
+        kernels.recorder = None
+    return count
+
+
+@contextlib.contextmanager
+def _without_hbm_accounting():
+    """The device with results wrapped but never charged to HBM: measurement only, to show how
+    much of the overhead is accounting (the rest is PyTorch calling a Python kernel per op)."""
+    from tpu_lab.device import kernels
+
+    class Unaccounted:
+        __slots__ = ("tensor", "nbytes", "meta")
+
+        def __init__(self, tensor) -> None:
+            self.tensor, self.nbytes, self.meta = tensor, 0, None
+
+    def wrap(inner):
+        outer = kernels._create_empty(inner.shape, inner.dtype)
+        if inner.storage_offset() or not inner.is_contiguous():
+            kernels._set_metadata(outer, inner.size(), inner.stride(), inner.storage_offset())
+        outer.untyped_storage()._tpu_lab_block = Unaccounted(inner)
+        return outer
+
+    saved = kernels.wrap
+    kernels.wrap = wrap
+    try:
+        yield
+    finally:
+        kernels.wrap = saved
+
+
+def bench_generate(repeats: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        on_cpu, on_tpu = _generate_pair(folder)
+    assert torch.equal(on_cpu(), on_tpu().cpu()), "greedy tokens differ from the CPU's"
+    cpu, tpu = side_by_side(on_cpu, on_tpu, repeats)
     _row("tiny-Llama greedy generate (32 tokens)", cpu, tpu, 2.0)
+    ops = _device_ops(on_tpu)
+    record("device", "tiny-Llama generate: ops run on the device", ops, "ops",
+           note=f"{ops / 32:.0f} per generated token")  # fmt: skip
+    record(
+        "device",
+        "tiny-Llama generate: device overhead per op",
+        (tpu - cpu) / ops * 1e6,
+        "µs",
+        note=f"the CPU spends {cpu / ops * 1e6:.1f} µs per op in all: 2x allows that much more",
+    )
+    with _without_hbm_accounting():
+        cpu_again, unaccounted = side_by_side(on_cpu, on_tpu, repeats)
+    _row(
+        "same, HBM accounting switched off (measurement only)",
+        cpu_again,
+        unaccounted,
+        note="what is left: a Python kernel per op",
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        on_cpu, on_tpu = _generate_pair(
+            folder, vocab_size=32000, hidden_size=512, intermediate_size=1376,
+            num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+        )  # fmt: skip
+    cpu, tpu = side_by_side(on_cpu, on_tpu, repeats)
+    _row("small Llama greedy generate (4 layers, 512 wide, 32k vocab)", cpu, tpu,
+         note="more work per op: the per-op overhead weighs less")  # fmt: skip
 
 
 def bench_100m_forward(repeats: int) -> None:
