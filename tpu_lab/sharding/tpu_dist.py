@@ -90,11 +90,7 @@ class TpuDistBackend(dist.ProcessGroup):
 
     def all_gather_single_coalesced(self, outputs, inputs, opts):
         """What the functional ``all_gather_into_tensor`` calls, one tensor at a time."""
-        works = [
-            _done(self._gloo._allgather_base(out, inp, opts))
-            for out, inp in zip(_cpu(outputs), _cpu(inputs), strict=True)
-        ]
-        return works[-1] if works else _nothing()
+        return _one_by_one(self._gloo._allgather_base, outputs, inputs, opts)
 
     def gather(self, output_tensors, input_tensors, opts):
         return _done(self._gloo.gather(_cpu(output_tensors), _cpu(input_tensors), opts))
@@ -110,11 +106,7 @@ class TpuDistBackend(dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         """What the functional ``reduce_scatter_tensor`` calls, one tensor at a time."""
-        works = [
-            _done(self._gloo._reduce_scatter_base(out, inp, opts))
-            for out, inp in zip(_cpu(outputs), _cpu(inputs), strict=True)
-        ]
-        return works[-1] if works else _nothing()
+        return _one_by_one(self._gloo._reduce_scatter_base, outputs, inputs, opts)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
         return _done(
@@ -143,6 +135,16 @@ def _done(work):
     """``work``, finished: gloo's binding waits with the GIL released."""
     work.wait()
     return work
+
+
+def _one_by_one(collective, outputs, inputs, opts):
+    """A coalesced collective run as one ``collective(output, input, opts)`` per pair, each
+    finished before the next; the last work (an empty finished one for no tensors)."""
+    works = [
+        _done(collective(out, inp, opts))
+        for out, inp in zip(_cpu(outputs), _cpu(inputs), strict=True)
+    ]
+    return works[-1] if works else _nothing()
 
 
 def _nothing():
