@@ -17,16 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "images"
 ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+sys.path.insert(0, str(ROOT / "tests"))
+from _browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (the browser and flags tests use)
 
 #: picture -> (notebook, the code cell whose output it shows, counted from 0 among code cells)
 OUTPUTS = {
@@ -60,7 +52,7 @@ def main() -> int:
             return 1
         shutil.copyfile(ARTIFACTS / name, OUT / picture)
     with tempfile.TemporaryDirectory() as folder, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1000, "height": 800}, device_scale_factor=1)
         pages = {}
         for picture, (notebook, index) in OUTPUTS.items():
