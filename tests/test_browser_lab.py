@@ -72,18 +72,19 @@ def _api(base: str, token: str, path: str, method: str = "GET"):
     return json.loads(body) if body else None
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server; yields (base url, token, root, runtime dir); stopped in finally."""
+@contextlib.contextmanager
+def jupyter(tmp_path: Path, app: str, settings: dict[str, str], args: list[str], log_name: str):
+    """``python -m <app>`` (jupyterlab or notebook) on 127.0.0.1 with a free port, a token, and
+    its own root, runtime, config and settings folders under ``tmp_path``; ``settings`` maps
+    "extension/name" to a JupyterLab settings file's text. Yields (base url, token, root,
+    runtime dir); in finally its kernels are deleted, the server is stopped and its log kept as
+    tests/artifacts/<log_name>."""
     root, runtime = tmp_path / "root", tmp_path / "runtime"
     root.mkdir()
-    settings = tmp_path / "settings" / "@jupyterlab"
-    for extension, name, value in (
-        ("apputils-extension", "notification", '{"fetchNews": "false"}'),  # no news toast
-        ("notebook-extension", "tracker", '{"autoStartDefaultKernel": true}'),  # no kernel dialog
-    ):
-        (settings / extension).mkdir(parents=True, exist_ok=True)
-        (settings / extension / f"{name}.jupyterlab-settings").write_text(value)
+    for where, value in settings.items():
+        path = tmp_path / "settings" / "@jupyterlab" / f"{where}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(value)
     port, token = free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
@@ -95,14 +96,12 @@ def lab(tmp_path):
         "JUPYTER_DATA_DIR": str(tmp_path / "data"),
         "TPU_LAB_TOPOLOGY": "v6e-4",
     }
-    log = open(tmp_path / "jupyterlab.log", "w")  # noqa: SIM115 (closed in finally)
+    log_path = tmp_path / log_name
+    log = open(log_path, "w")  # noqa: SIM115 (closed in finally)
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+        [sys.executable, "-m", app, "--no-browser", "--ip=127.0.0.1",
          f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-         "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.extension_manager=readonly",
+         f"--ServerApp.root_dir={root}", *args,
          *(["--allow-root"] if os.geteuid() == 0 else [])],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
@@ -115,9 +114,7 @@ def lab(tmp_path):
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "JupyterLab did not start:\n" + (tmp_path / "jupyterlab.log").read_text()
-                    ) from None
+                    raise RuntimeError(f"{app} did not start:\n" + log_path.read_text()) from None
                 time.sleep(0.25)
         yield base, token, root, runtime
     finally:
@@ -133,7 +130,24 @@ def lab(tmp_path):
             server.wait(timeout=10)
         log.close()
         ARTIFACTS.mkdir(exist_ok=True)
-        shutil.copy(tmp_path / "jupyterlab.log", ARTIFACTS / "jupyterlab.log")
+        shutil.copy(log_path, ARTIFACTS / log_name)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A JupyterLab server; yields (base url, token, root, runtime dir); stopped in finally."""
+    settings = {
+        "apputils-extension/notification": '{"fetchNews": "false"}',  # no news toast
+        "notebook-extension/tracker": '{"autoStartDefaultKernel": true}',  # no kernel dialog
+    }
+    args = [
+        "--LabApp.expose_app_in_browser=True",
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+    ]
+    with jupyter(tmp_path, "jupyterlab", settings, args, "jupyterlab.log") as server:
+        yield server
 
 
 def _kernel_eval(runtime: Path, kernel_id: str, code: str) -> str:

@@ -9,19 +9,12 @@ screenshot is kept as tests/artifacts/dashboard-notebook7.png.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
-import shutil
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
 
 require_chromium()
 pytest.importorskip(
@@ -35,6 +28,7 @@ from test_browser_lab import (  # noqa: E402 (after the skips: it needs the same
     _api,
     _kernel_eval,
     _notebook,
+    jupyter,
 )
 
 
@@ -47,59 +41,10 @@ def _notebook7_race(error: str) -> bool:
 @pytest.fixture
 def notebook7(tmp_path):
     """A Notebook 7 server; yields (base url, token, root, runtime dir); stopped in finally."""
-    root, runtime = tmp_path / "root", tmp_path / "runtime"
-    root.mkdir()
-    notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    notification.mkdir(parents=True)
-    (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port, token = free_port(), secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "JUPYTER_RUNTIME_DIR": str(runtime),
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
-        "IPYTHONDIR": str(tmp_path / "ipython"),
-        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-        "TPU_LAB_TOPOLOGY": "v6e-4",
-    }
-    log_path = tmp_path / "notebook7.log"
-    log = open(log_path, "w")  # noqa: SIM115 (closed in finally)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "notebook", "--no-browser", "--ip=127.0.0.1",
-         f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", "--JupyterNotebookApp.expose_app_in_browser=True",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                _api(base, token, "/api/status")
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "Notebook 7 did not start:\n" + log_path.read_text()
-                    ) from None
-                time.sleep(0.25)
-        yield base, token, root, runtime
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            for kernel in _api(base, token, "/api/kernels"):
-                _api(base, token, f"/api/kernels/{kernel['id']}", method="DELETE")
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
-        log.close()
-        ARTIFACTS.mkdir(exist_ok=True)
-        shutil.copy(log_path, ARTIFACTS / "notebook7.log")
+    settings = {"apputils-extension/notification": '{"fetchNews": "false"}'}
+    args = ["--JupyterNotebookApp.expose_app_in_browser=True"]
+    with jupyter(tmp_path, "notebook", settings, args, "notebook7.log") as server:
+        yield server
 
 
 def test_dashboard_in_notebook7(notebook7):
