@@ -365,8 +365,6 @@ def _view_plan(op, bindings: bool):
         previous = _meta_included()
         _include_meta(True)
         try:
-            if not kwargs and binding.bare.get(len(args)) and not _function_mode():
-                return binding.fn(*args)
             return binding.call(call, args, kwargs)
         finally:
             _include_meta(previous)
@@ -385,12 +383,9 @@ def _compute_plan(op, strict: bool, kw_unwrap: bool, bindings: bool):
 
     def plan(args, kwargs):
         uargs = [_unwrap(a, strict) for a in args]
-        if not kwargs and binding.bare.get(len(uargs)) and not _function_mode():
-            out = binding.fn(*uargs)
-        else:
-            if kwargs and kw_unwrap:
-                kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
-            out = binding.call(call, uargs, kwargs)
+        if kwargs and kw_unwrap:
+            kwargs = {k: _unwrap(v, strict) for k, v in kwargs.items()}
+        out = binding.call(call, uargs, kwargs)
         if out.__class__ is _Tensor and out.is_cpu:
             for i, u in enumerate(uargs):
                 if out is u:  # the CPU kernel returned an input as is
