@@ -167,6 +167,34 @@ def _denoiser(pipe) -> str:
     raise TpuLabError(f"{type(pipe).__name__} has no unet or transformer to compile.")
 
 
+def measured(mode: str, work) -> tuple[Any, Report]:
+    """``work()`` run in ``mode`` (under ``DEFER_AND_FUSE`` for :data:`FUSED`): its result and
+    the :class:`Report` of its time, events and compile-cache statistics."""
+    import torch
+
+    from .. import backend
+
+    seq, cache_before = _last_seq(), backend().cache_stats()
+    start = time.perf_counter()
+    if mode == FUSED:
+        with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+            result = work()
+    else:
+        result = work()
+    seconds = time.perf_counter() - start
+    events = _events_after(seq)
+    cache_after = backend().cache_stats()
+    report = Report(
+        mode=mode,
+        seconds=seconds,
+        events=[_event_row(e) for e in events if e.kind in SHOWN],
+        counts={k: n for k in ("compile", "recompile", "cache_hit", "cache_miss", "sync",
+                               "transfer") if (n := sum(e.kind == k for e in events))},
+        cache={k: cache_after[k] - cache_before[k] for k in cache_after},
+    )
+    return result, report
+
+
 def _events_after(seq: int) -> list:
     from ..events import log
 
@@ -223,7 +251,6 @@ class ImageDemo:
         """Draw ``request``: (image, MP4 bytes, :class:`Report`)."""
         import torch
 
-        from .. import backend
         from ..media import Trajectory, encode_mp4
         from ..media.grid import grid
 
@@ -246,24 +273,7 @@ class ImageDemo:
         }
         if "guidance_scale" in inspect.signature(pipe.__call__).parameters:
             kwargs["guidance_scale"] = request.guidance
-        seq, cache_before = _last_seq(), backend().cache_stats()
-        start = time.perf_counter()
-        if request.mode == FUSED:
-            with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
-                images = pipe(**kwargs).images
-        else:
-            images = pipe(**kwargs).images
-        seconds = time.perf_counter() - start
-        events = _events_after(seq)
-        cache_after = backend().cache_stats()
-        report = Report(
-            mode=request.mode,
-            seconds=seconds,
-            events=[_event_row(e) for e in events if e.kind in SHOWN],
-            counts={k: n for k in ("compile", "recompile", "cache_hit", "cache_miss", "sync",
-                                   "transfer") if (n := sum(e.kind == k for e in events))},
-            cache={k: cache_after[k] - cache_before[k] for k in cache_after},
-        )
+        images, report = measured(request.mode, lambda: pipe(**kwargs).images)
         frames = [_enlarge(f, request.scale) for f in trajectory.frames()]
         # The images laid out as the video's frames are (media's grid of the batch).
         picture = grid(list((images * 255).round().astype("uint8")))

@@ -13,7 +13,6 @@ the server listens on 127.0.0.1 unless told otherwise and makes no share link un
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,16 +24,13 @@ from .image import (
     FUSED,
     MAX_SEED,
     MODES,
-    SHOWN,
     DemoInputError,
     Report,
     _device_line,
-    _event_row,
-    _events_after,
-    _last_seq,
     _real,
     _report_html,
     _whole,
+    measured,
 )
 
 __all__ = ["COMPILED", "EAGER", "FUSED", "MODES", "DemoInputError", "Request", "TextDemo"]
@@ -114,7 +110,6 @@ class TextDemo:
         """Continue ``request.prompt``: (the new text, :class:`Report`)."""
         import torch
 
-        from .. import backend
         from ..models.chars import generate
 
         ids = self.tokenizer.encode(request.prompt)
@@ -124,23 +119,8 @@ class TextDemo:
             "generator": torch.Generator("cpu").manual_seed(request.seed),
             "device": self.model.device,
         }
-        seq, cache_before = _last_seq(), backend().cache_stats()
-        start = time.perf_counter()
-        if request.mode == FUSED:
-            with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
-                new = generate(model, ids, request.max_new_tokens, **kwargs)
-        else:
-            new = generate(model, ids, request.max_new_tokens, **kwargs)
-        seconds = time.perf_counter() - start
-        events = _events_after(seq)
-        cache_after = backend().cache_stats()
-        report = Report(
-            mode=request.mode,
-            seconds=seconds,
-            events=[_event_row(e) for e in events if e.kind in SHOWN],
-            counts={k: n for k in ("compile", "recompile", "cache_hit", "cache_miss", "sync",
-                                   "transfer") if (n := sum(e.kind == k for e in events))},
-            cache={k: cache_after[k] - cache_before[k] for k in cache_after},
+        new, report = measured(
+            request.mode, lambda: generate(model, ids, request.max_new_tokens, **kwargs)
         )
         return self.tokenizer.decode(new), report
 
