@@ -27,23 +27,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo = sub.add_parser("demo", help="Gradio demo apps on the 'tpu' device")
     demo_sub = demo.add_subparsers(dest="demo_command", metavar="APP")
-    image = demo_sub.add_parser(
-        "image", help="draw digits with the embedded diffusion model (or --model PATH)"
-    )
-    image.add_argument("--model", metavar="PATH", help="a local diffusers pipeline folder")
-    image.add_argument("--device", default="tpu", help="torch device (default: tpu)")
-    image.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    image.add_argument("--port", type=int, help="port (default: the first free from 7860)")
-    image.add_argument("--share", action="store_true", help="also make a public gradio.live link")
-    text = demo_sub.add_parser(
-        "text", help="continue a prompt with the embedded character model (or --model PATH)"
-    )
-    text.add_argument("--model", metavar="PATH",
-                      help="a local model folder written by scripts/train_chars.py")
-    text.add_argument("--device", default="tpu", help="torch device (default: tpu)")
-    text.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    text.add_argument("--port", type=int, help="port (default: the first free from 7860)")
-    text.add_argument("--share", action="store_true", help="also make a public gradio.live link")
+    demos = {
+        "image": ("draw digits with the embedded diffusion model",
+                  "a local diffusers pipeline folder"),
+        "text": ("continue a prompt with the embedded character model",
+                 "a local model folder written by scripts/train_chars.py"),
+    }  # fmt: skip
+    for app, (about, model) in demos.items():
+        demo_app = demo_sub.add_parser(app, help=f"{about} (or --model PATH)")
+        demo_app.add_argument("--model", metavar="PATH", help=model)
+        demo_app.add_argument("--device", default="tpu", help="torch device (default: tpu)")
+        demo_app.add_argument("--host", default="127.0.0.1",
+                              help="address to listen on (127.0.0.1)")  # fmt: skip
+        demo_app.add_argument("--port", type=int, help="port (default: the first free from 7860)")
+        demo_app.add_argument("--share", action="store_true",
+                              help="also make a public gradio.live link")  # fmt: skip
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
 
