@@ -6,6 +6,7 @@ simulated device (on the CPU) everywhere else.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -115,8 +116,13 @@ if _activate() is None:
 
     warnings.warn(_conflict(), RuntimeWarning, stacklevel=2)
 else:
-    from . import events
+    from . import events, standin
 
     events.install()
+    standin.install()  # `import torch_tpu` where TorchTPU is absent: the stand-in (tpu_lab.standin)
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker drives its rank's chip
+        from .sharding.torchrun import bind as _bind
+
+        _bind()
 
 _register_in_ipython()

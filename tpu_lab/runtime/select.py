@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import sys
 import threading
@@ -38,10 +37,14 @@ def tpu_hardware_present() -> bool:
 
 
 def torch_tpu_state() -> str:
-    """``'loaded'``, ``'installed'`` (not imported) or ``'absent'``."""
-    if "torch_tpu" in sys.modules:
+    """``'loaded'``, ``'installed'`` (not imported) or ``'absent'``, for the real TorchTPU
+    (tpu_lab's stand-in, :mod:`tpu_lab.standin`, counts as absent)."""
+    from .. import standin
+
+    module = sys.modules.get("torch_tpu")
+    if module is not None and not standin.is_standin(module):
         return "loaded"
-    return "installed" if importlib.util.find_spec("torch_tpu") is not None else "absent"
+    return "installed" if standin.real_spec() is not None else "absent"
 
 
 def _choice() -> str:

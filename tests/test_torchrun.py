@@ -1,0 +1,160 @@
+"""torchrun on the bundled device: TorchTPU's distributed tutorial unchanged, a tensor-parallel
+step on 4 processes equal to the unsharded step, a killed rank reported, nothing left running,
+every listening socket on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from tpu_lab.sharding.torchrun import LAUNCH_ENV, topology_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# TorchTPU's hello_world_distributed.py, as its tutorial has it (torch_tpu: the stand-in here)
+HELLO = """
+import torch
+from torch import distributed as dist
+from torch_tpu import api
+
+api.tpu_device()
+dist.init_process_group(backend="tpu_dist")
+ws = dist.get_world_size()
+x = torch.tensor([0.0, 1.0, ws], device="tpu")
+torch.distributed.all_reduce(x, op=dist.ReduceOp.SUM)
+torch.testing.assert_close(x.cpu(), torch.tensor([0.0, ws, ws * ws]))
+print("result: ", x)
+"""
+
+MODEL = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)
+).to("tpu")
+x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1)).to("tpu")
+"""
+
+TP_STEP = (
+    """
+import json, os, sys
+import psutil
+import torch.distributed as dist
+import torch_tpu
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+dist.init_process_group("tpu_dist")
+"""
+    + MODEL
+    + """
+mesh = init_device_mesh("tpu", (dist.get_world_size(),))
+parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loss = model(x).square().mean()
+loss.backward()
+opt.step()
+weights = {k: v.full_tensor().cpu().tolist() for k, v in model.state_dict().items()}
+me, agent = psutil.Process(), psutil.Process(os.getppid())
+listening = sorted({c.laddr.ip for p in (me, agent) for c in p.net_connections(kind="inet")
+                    if c.status == psutil.CONN_LISTEN})
+if dist.get_rank() == 0:
+    with open(sys.argv[1], "w") as f:
+        json.dump({"loss": loss.item(), "weights": weights, "world": dist.get_world_size(),
+                   "chip": torch.tpu.get_device_name(), "listening": listening,
+                   "standin": repr(torch_tpu)}, f)
+dist.destroy_process_group()
+"""
+)
+
+KILLED = """
+import os, signal, time
+import torch, torch.distributed as dist
+import torch_tpu
+dist.init_process_group("tpu_dist")
+if dist.get_rank() == 2:
+    os.kill(os.getpid(), signal.SIGKILL)
+dist.barrier()
+time.sleep(600)
+"""
+
+
+def _launch(tmp_path, script: str, *args: str, nproc: int = 4):
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(script))
+    marker = uuid.uuid4().hex
+    env = {**os.environ, LAUNCH_ENV: marker, "PYTHONPATH": str(ROOT)}
+    env.pop("TPU_LAB_TOPOLOGY", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "tpu_lab.torchrun", "--nproc-per-node", str(nproc), str(path),
+         *args],
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    return out, marker
+
+
+def _left_running(marker: str) -> list[int]:
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(LAUNCH_ENV) == marker and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return left
+
+
+def test_topology_has_one_chip_per_process():
+    assert topology_for(4) == "v6e-4"
+    assert topology_for(2) == "v5p-2"
+    assert topology_for(8, "v5e") == "v5e-8"
+    with pytest.raises(Exception, match="No simulated topology of any generation has 3 devices"):
+        topology_for(3)
+
+
+def test_torchtpu_distributed_tutorial_runs_unchanged(tmp_path):
+    out, marker = _launch(tmp_path, HELLO, nproc=2)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("result:  tensor([0., 2., 4.], device='tpu:0')") == 2
+    assert "torchrun: 2 ranks on v5p-2 finished." in out.stdout
+    assert _left_running(marker) == []
+
+
+def test_tensor_parallel_step_on_4_processes_equals_the_unsharded_step(tmp_path):
+    out, marker = _launch(tmp_path, TP_STEP, str(tmp_path / "tp4.json"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    tp4 = json.loads((tmp_path / "tp4.json").read_text())
+    assert tp4["world"] == 4 and tp4["chip"] == "TPU v6e (simulated)"
+    assert "tpu_lab stand-in" in tp4["standin"]
+    assert tp4["listening"] == ["127.0.0.1"]  # gloo and torchrun's store: loopback only
+    assert _left_running(marker) == []
+
+    scope: dict = {}
+    exec(MODEL, scope)  # TP=1: the same model and step in one process
+    model, x = scope["model"], scope["x"]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    assert tp4["loss"] == pytest.approx(loss.item(), rel=1e-6, abs=1e-7)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(torch.tensor(tp4["weights"][name]), value.cpu(),
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_a_killed_rank_is_reported_and_nothing_is_left(tmp_path):
+    out, marker = _launch(tmp_path, KILLED)
+    assert out.returncode == 1
+    assert "torchrun: 1 of 4 ranks failed on v6e-4:" in out.stderr, out.stderr[-3000:]
+    assert "rank 2 (pid " in out.stderr and ") killed by SIGKILL" in out.stderr
+    assert "ranks 0, 1, 3: stopped by torchrun" in out.stderr
+    assert _left_running(marker) == []

@@ -1,0 +1,47 @@
+"""``torch_tpu._internal.execution_mode`` (stand-in): the eager mode as a module property.
+
+``execution_mode.eager_mode = execution_mode.EagerMode.DEFER_AND_FUSE`` and
+``with execution_mode.set_eager_mode(...)`` act on the same setting as ``torch.tpu.eager_mode``.
+"""
+
+import sys
+import types
+
+from tpu_lab.device import modes
+
+__tpu_lab_standin__ = True
+EagerMode = modes.EagerMode
+set_eager_mode = modes.set_eager_mode
+__all__ = ["EagerMode", "disable_inplace_buffer_donation", "set_eager_mode"]
+
+_flags = {"enable_cpu_fallback": True, "inplace_buffer_donation": True}
+
+
+class _ExecutionModeModule(types.ModuleType):
+    @property
+    def eager_mode(self):
+        return modes.get_eager_mode()
+
+    @eager_mode.setter
+    def eager_mode(self, value) -> None:
+        modes.put_eager_mode(value)
+
+    @property
+    def enable_cpu_fallback(self) -> bool:
+        """Accepted and kept; every op of the bundled device runs on the CPU anyway."""
+        return _flags["enable_cpu_fallback"]
+
+    @enable_cpu_fallback.setter
+    def enable_cpu_fallback(self, value: bool) -> None:
+        _flags["enable_cpu_fallback"] = bool(value)
+
+    @property
+    def disable_inplace_buffer_donation(self) -> bool:
+        return not _flags["inplace_buffer_donation"]
+
+    @disable_inplace_buffer_donation.setter
+    def disable_inplace_buffer_donation(self, value: bool) -> None:
+        _flags["inplace_buffer_donation"] = not value
+
+
+sys.modules[__name__].__class__ = _ExecutionModeModule

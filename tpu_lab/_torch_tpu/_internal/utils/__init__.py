@@ -1,0 +1,3 @@
+"""``torch_tpu._internal.utils`` (stand-in)."""
+
+__tpu_lab_standin__ = True

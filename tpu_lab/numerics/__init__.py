@@ -1,0 +1,27 @@
+"""Numerics: TorchTPU's value and tracing tools, per-layer parity with the CPU, and a model of
+the TPU's float32 matmul (bfloat16 passes on the MXU).
+
+- :mod:`.tracing`: ``OpTracer``, ``ActivationTracer``, ``get_tensor_summary``, ``format_tensor``,
+  ``model_memory`` (TorchTPU's ``torch_tpu._internal.utils.utils``).
+- :mod:`.parity`: :func:`parity` (``%tpu parity MODEL INPUTS``).
+- :mod:`.mxu`: :func:`mxu_matmul`, :func:`bilinear` (``TPU_LAB_NUMERICS=tpu``).
+"""
+
+from __future__ import annotations
+
+from .mxu import bilinear, emulate, mxu_matmul
+from .parity import ParityReport, parity
+from .tracing import ActivationTracer, OpTracer, format_tensor, get_tensor_summary, model_memory
+
+__all__ = [
+    "ActivationTracer",
+    "OpTracer",
+    "ParityReport",
+    "bilinear",
+    "emulate",
+    "format_tensor",
+    "get_tensor_summary",
+    "model_memory",
+    "mxu_matmul",
+    "parity",
+]

@@ -1,0 +1,196 @@
+"""``%tpu parity MODEL INPUTS``: each layer's forward output and gradients on "tpu" against CPU.
+
+:func:`parity` copies the model to the CPU and to "tpu", runs the same inputs through both with
+a forward hook on every module, then (``backward=True``) the backward pass of the sum of the
+output, and compares per module: its output (max |difference|, and relative to max |CPU value|)
+and the gradients of its own parameters. On the bundled device the numbers are the CPU's, so
+every row reads ``0`` (bitwise) unless the TPU numerics emulation (:mod:`.mxu`) is on; on a real
+TPU the rows show where the TPU's numerics part from the CPU's, layer by layer.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch.utils import _pytree
+
+from ..views.base import View, clip, esc, terminal_width
+
+
+@dataclass(frozen=True)
+class LayerDiff:
+    name: str
+    kind: str
+    depth: int
+    shape: tuple[int, ...] | None
+    forward_max: float | None
+    forward_rel: float | None
+    grad_max: float | None
+    grad_rel: float | None
+
+
+def _first_tensor(value):
+    for leaf in _pytree.tree_leaves(value):
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            return leaf
+    return None
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+    biggest = b64.abs().max().item() if b64.numel() else 0.0
+    worst = (a64 - b64).abs().max().item() if a64.numel() else 0.0
+    return worst, (worst / biggest if biggest else 0.0)
+
+
+def _outputs(model, inputs, device: str, backward: bool):
+    moved = _pytree.tree_map(
+        lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs
+    )
+    outs: dict[str, torch.Tensor] = {}
+    handles = []
+    for name, module in model.named_modules():
+
+        def hook(m, args, output, name=name):
+            t = _first_tensor(output)
+            if t is not None and name not in outs:  # the first call of a reused module
+                outs[name] = t.detach().cpu()
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        with torch.set_grad_enabled(backward):
+            if isinstance(moved, dict):
+                out = model(**moved)
+            elif isinstance(moved, (tuple, list)):
+                out = model(*moved)
+            else:
+                out = model(moved)
+            if backward:
+                _first_tensor(out).float().sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    grads = {
+        name: p.grad.detach().cpu()
+        for name, p in model.named_parameters()
+        if p.grad is not None
+    }
+    return outs, grads
+
+
+def parity(model: torch.nn.Module, inputs, *, backward: bool = True) -> ParityReport:
+    """Compare ``model(inputs)`` on "tpu" with the CPU, layer by layer (see the module doc)."""
+    if not isinstance(model, torch.nn.Module):
+        from ..errors import TpuLabError
+
+        raise TpuLabError(f"parity needs a torch.nn.Module, got {type(model).__name__}.")
+    reference = copy.deepcopy(model).to("cpu")
+    device = copy.deepcopy(reference).to("tpu")
+    cpu_out, cpu_grads = _outputs(reference, inputs, "cpu", backward)
+    tpu_out, tpu_grads = _outputs(device, inputs, "tpu", backward)
+    rows = []
+    for name, module in reference.named_modules():
+        depth = name.count(".") + 1 if name else 0
+        fwd = _diff(tpu_out[name], cpu_out[name]) if name in cpu_out and name in tpu_out else None
+        own = [
+            f"{name}.{p}" if name else p
+            for p, _ in module.named_parameters(recurse=False)
+        ]
+        grads = [_diff(tpu_grads[k], cpu_grads[k]) for k in own
+                 if k in cpu_grads and k in tpu_grads]
+        grad_max = max((g[0] for g in grads), default=None)
+        grad_rel = max((g[1] for g in grads), default=None)
+        shape = tuple(cpu_out[name].shape) if name in cpu_out else None
+        rows.append(
+            LayerDiff(
+                name or "(model)",
+                type(module).__name__,
+                depth,
+                shape,
+                fwd[0] if fwd else None,
+                fwd[1] if fwd else None,
+                grad_max,
+                grad_rel,
+            )
+        )
+    from .. import backend
+
+    return ParityReport(tuple(rows), backward, backend().simulated)
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return "0" if x == 0 else f"{x:.2e}"
+
+
+@dataclass(frozen=True)
+class ParityReport(View):
+    """Per-layer differences "tpu" vs CPU (frozen data; text and HTML from the same rows)."""
+
+    rows: tuple[LayerDiff, ...]
+    backward: bool
+    simulated: bool
+
+    @property
+    def worst_forward(self) -> float:
+        return max((r.forward_max or 0.0 for r in self.rows), default=0.0)
+
+    @property
+    def worst_grad(self) -> float:
+        return max((r.grad_max or 0.0 for r in self.rows), default=0.0)
+
+    @property
+    def bitwise(self) -> bool:
+        return self.worst_forward == 0 and self.worst_grad == 0
+
+    def _title(self) -> str:
+        where = "the bundled (simulated) device" if self.simulated else "the TPU"
+        verdict = "bitwise equal" if self.bitwise else (
+            f"worst forward {_num(self.worst_forward)}, worst gradient {_num(self.worst_grad)}"
+        )
+        return f"parity: {where} vs CPU, {len(self.rows)} modules: {verdict}"
+
+    def _cells(self, r: LayerDiff) -> list[str]:
+        shape = "x".join(map(str, r.shape)) if r.shape is not None else "-"
+        cells = [r.kind, shape, _num(r.forward_max), _num(r.forward_rel)]
+        if self.backward:
+            cells += [_num(r.grad_max), _num(r.grad_rel)]
+        return cells
+
+    def _header(self) -> list[str]:
+        head = ["module", "type", "output", "fwd max|d|", "fwd rel"]
+        return head + (["grad max|d|", "grad rel"] if self.backward else [])
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        table = [self._header()] + [
+            ["  " * r.depth + r.name, *self._cells(r)] for r in self.rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        lines = [self._title()]
+        for row in table:
+            cells = (c.ljust(w) for c, w in zip(row, widths, strict=True))
+            lines.append(clip("  ".join(cells).rstrip(), width))
+        lines.append(
+            "differences are max |tpu - cpu| over each module's output and its own parameters' "
+            "gradients; rel = relative to the largest CPU value"
+        )
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        head = "".join(f"<th>{esc(h)}</th>" for h in self._header())
+        body = "".join(
+            "<tr>"
+            + f"<td style='padding-left:{r.depth}em'>{esc(r.name)}</td>"
+            + "".join(f"<td>{esc(c)}</td>" for c in self._cells(r))
+            + "</tr>"
+            for r in self.rows
+        )
+        return (
+            f"<div><b>{esc(self._title())}</b><table><tr>{head}</tr>{body}</table>"
+            "<small>max |tpu - cpu| over each module's output and its own parameters' "
+            "gradients; rel = relative to the largest CPU value</small></div>"
+        )

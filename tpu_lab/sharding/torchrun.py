@@ -1,0 +1,202 @@
+"""``torchrun`` on the bundled device: each process drives one simulated chip and joins "tpu_dist".
+
+TorchTPU's distributed tutorial launches ``torchrun --nproc-per-node N script.py`` and calls
+``dist.init_process_group("tpu_dist")`` in the script. Here:
+
+- :func:`bind` makes this process one rank's chip: the topology has ``WORLD_SIZE`` devices, the
+  ``"tpu_dist"`` backend is registered (gloo on 127.0.0.1 on the bundled device; TorchTPU's own
+  on a TPU VM) and the process drives ``tpu:0``. The SPMD cluster (``%tpu cluster``) binds its
+  engines with the same function.
+- ``import tpu_lab`` in a torchrun worker (``TORCHELASTIC_RUN_ID`` is set) calls :func:`bind`, so
+  plain ``torchrun script.py`` works when the script imports ``tpu_lab`` or ``torch_tpu``.
+- :func:`launch` (``python -m tpu_lab.torchrun [torchrun options] script.py [args]``) runs
+  torchrun with every worker started through :mod:`._torchrun_worker` (which imports tpu_lab
+  before the script), the rendezvous on 127.0.0.1, and the topology chosen once for all ranks.
+  On a TPU VM it first calls TorchTPU's ``torch.tpu.distributed.set_tpu_launch_env``, which sets
+  ``TORCH_TPU_TOPOLOGY``, ``TORCH_TPU_SLICEBUILDER_ADDRESSES`` and ``TORCH_TPU_XPROF_SESSION_ID``
+  (torch-tpu 0.2.0 binds each rank to its chip through these, not libtpu's
+  ``TPU_VISIBLE_CHIPS``/``TPU_PROCESS_BOUNDS``, which it never reads). A rank that fails or is
+  killed is reported by rank, pid and signal; torchrun stops the others, and nothing is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import uuid
+from dataclasses import dataclass
+
+from ..errors import SpmdError
+
+#: Marks every process of one launch (tests use it to check that none is left).
+LAUNCH_ENV = "TPU_LAB_TORCHRUN"
+#: The generation chosen when the launch names none.
+DEFAULT_GENERATION = "v6e"
+
+
+def topology_for(world_size: int, generation: str | None = None) -> str:
+    """A topology name with ``world_size`` devices: ``generation``'s, else the first of v6e,
+    v5p, v4, v5e and v7 that has one."""
+    from ..device.topology import GENERATIONS
+
+    order = [generation] if generation else [DEFAULT_GENERATION, "v5p", "v4", "v5e", "v7"]
+    for name in order:
+        if name not in GENERATIONS:
+            known = ", ".join(GENERATIONS)
+            raise SpmdError(f"Unknown TPU generation {name!r}; use one of {known}.")
+        if world_size in GENERATIONS[name].topologies:
+            return f"{name}-{world_size}"
+    counts = sorted({n for g in GENERATIONS.values() for n in g.topologies})
+    raise SpmdError(
+        f"No simulated topology of {generation or 'any generation'} has {world_size} devices; "
+        f"use --nproc-per-node with one of {counts}."
+    )
+
+
+def bind(world_size: int | None = None) -> str:
+    """Make this process one rank's chip (see the module docstring); returns the backend name."""
+    import torch
+
+    from .. import backend
+    from .tpu_dist import register
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    active = backend()
+    if active.simulated and active.status().chips != world_size:
+        active.use_topology(topology_for(world_size))
+    name = register()
+    # As transformers does: this process drives one chip, always tpu:0.
+    torch.accelerator.set_device_index(torch.accelerator.current_device_index())
+    return name
+
+
+def in_torchrun_worker() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ and "WORLD_SIZE" in os.environ
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a launch ended: ``failed`` holds one line per rank that failed on its own (empty:
+    success), ``stopped`` the ranks torchrun then stopped."""
+
+    nproc: int
+    topology: str
+    returncode: int
+    failed: tuple[str, ...] = ()
+    stopped: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        if not self.failed:
+            return f"torchrun: {self.nproc} ranks on {self.topology} finished."
+        lines = [f"torchrun: {len(self.failed)} of {self.nproc} ranks failed on {self.topology}:"]
+        lines += [f"  {line}" for line in self.failed]
+        if self.stopped:
+            ranks = ", ".join(map(str, self.stopped))
+            plural = "s" if len(self.stopped) > 1 else ""
+            lines.append(f"  rank{plural} {ranks}: stopped by torchrun")
+        return "\n".join(lines)
+
+
+def _how(failure) -> str:
+    code = failure.exitcode
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    message = failure.message if isinstance(failure.message, str) else ""
+    last = message.strip().splitlines()[-1] if message.strip() else ""
+    return f"exited with code {code}" + (f": {last}" if last and "To enable" not in last else "")
+
+
+def _result(nproc: int, topology: str, error) -> LaunchResult:
+    """The ranks that failed on their own, and those torchrun stopped with SIGTERM after."""
+    first_rank, _ = error.get_first_failure()
+    failed, stopped = [], []
+    for rank, failure in sorted(error.failures.items()):
+        if rank != first_rank and failure.exitcode == -signal.SIGTERM:
+            stopped.append(rank)
+        else:
+            failed.append(f"rank {rank} (pid {failure.pid}) {_how(failure)}")
+    return LaunchResult(nproc, topology, 1, tuple(failed), tuple(stopped))
+
+
+def _loopback_store():
+    """A TCPStore server listening on 127.0.0.1 only, and its port. torchrun's rendezvous asks
+    for a multi-tenant store on that port in this process and gets this one (c10d shares a
+    server per port), instead of a server listening on every interface."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        is_master=True,
+        timeout=timedelta(seconds=300),
+        wait_for_workers=False,
+        multi_tenant=True,
+        master_listen_fd=sock.fileno(),
+    )
+    return store, sock, port
+
+
+def launch(argv: list[str], *, generation: str | None = None) -> LaunchResult:
+    """``torchrun`` with ``argv`` (its options, the script, the script's arguments)."""
+    from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from .. import backend
+
+    parser = run.get_args_parser()
+    args = parser.parse_args(argv)
+    nproc = int(args.nproc_per_node) if str(args.nproc_per_node).isdigit() else 1
+    os.environ.setdefault(LAUNCH_ENV, uuid.uuid4().hex)
+    if backend().simulated:
+        topology = os.environ.get("TPU_LAB_TOPOLOGY") or topology_for(nproc, generation)
+        os.environ["TPU_LAB_TOPOLOGY"] = topology
+    else:  # a TPU VM: TorchTPU's own per-process variables, decided in the parent
+        import torch
+
+        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=nproc)
+        topology = os.environ.get("TORCH_TPU_TOPOLOGY", "TPU")
+    rest = argv[len(argv) - len(args.training_script_args) - 1 :]
+    options = argv[: len(argv) - len(rest)]
+    if args.module or args.no_python:
+        raise SpmdError("python -m tpu_lab.torchrun runs a script; -m/--no-python are not taken.")
+    keep = ()
+    if not args.standalone and args.rdzv_endpoint == "" and args.nnodes in ("1", "1:1"):
+        *keep, port = _loopback_store()
+        options += ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+    full = [*options, "-m", "tpu_lab.sharding._torchrun_worker", *rest]
+    try:
+        run.main(full)
+    except ChildFailedError as error:
+        return _result(nproc, topology, error)
+    finally:
+        for resource in reversed(keep):
+            if isinstance(resource, socket.socket):
+                resource.close()
+        del keep
+    return LaunchResult(nproc, topology, 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tpu_lab.torchrun``: exit status 0 when every rank finished."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(
+            "usage: python -m tpu_lab.torchrun [torchrun options] script.py [args]\n\n"
+            "torchrun where each process drives one chip of the simulated topology (one with\n"
+            "--nproc-per-node devices; TPU_LAB_TOPOLOGY picks another) and\n"
+            "init_process_group('tpu_dist') works; on a TPU VM, TorchTPU's launch environment\n"
+            "is set first. The script may import torch_tpu (tpu_lab's stand-in where TorchTPU\n"
+            "is absent)."
+        )
+        return 0
+    result = launch(argv)
+    print(result, file=sys.stderr if result.returncode else sys.stdout)
+    return result.returncode

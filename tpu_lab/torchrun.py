@@ -1,0 +1,9 @@
+"""``python -m tpu_lab.torchrun [torchrun options] script.py [args]``: torchrun with one simulated
+chip per process (see :mod:`tpu_lab.sharding.torchrun`)."""
+
+import sys
+
+from .sharding.torchrun import main
+
+if __name__ == "__main__":
+    sys.exit(main())
