@@ -38,7 +38,7 @@ def _to_tpu(storage, device=None, non_blocking: bool = False) -> torch.UntypedSt
 
 
 def install() -> None:
-    """Patch ``torch.UntypedStorage`` and ``Tensor.data_ptr`` once."""
+    """Patch ``torch.UntypedStorage`` and ``Tensor.data_ptr`` once (the Python core only)."""
     if _originals:
         return
     base = torch.storage._StorageBase
@@ -51,6 +51,9 @@ def install() -> None:
         data_ptr=untyped.data_ptr,
         tensor_data_ptr=torch.Tensor.data_ptr,
         new=untyped.__new__,
+        copy_=untyped.copy_,
+        write_file=untyped._write_file,
+        set_from_file=untyped._set_from_file,
     )
     o = _originals
 
@@ -92,3 +95,26 @@ def install() -> None:
         return o["new"](cls, *args, device=device, **kwargs)
 
     untyped.__new__ = new
+
+    def copy_(self, src, non_blocking=None):
+        # the C++ storages of "tpu" tensors hold no bytes: copy between the payloads
+        # (copy.deepcopy of a "tpu" tensor or module clones its storage this way)
+        if self.device.type != "tpu" and src.device.type != "tpu":
+            return o["copy_"](self, src, non_blocking)
+        dst = _payload_storage(self) if self.device.type == "tpu" else self
+        o["copy_"](dst, _payload_storage(src) if src.device.type == "tpu" else src, non_blocking)
+        return self
+
+    def write_file(self, *args, **kwargs):
+        # pickle.dumps of a "tpu" tensor writes its storage's bytes
+        return o["write_file"](cpu(self) if self.device.type == "tpu" else self, *args, **kwargs)
+
+    def set_from_file(self, *args, **kwargs):
+        # pickle.loads of a "tpu" tensor reads its bytes into the payload
+        target = _payload_storage(self) if self.device.type == "tpu" else self
+        o["set_from_file"](target, *args, **kwargs)
+        return self
+
+    untyped.copy_ = copy_
+    untyped._set_from_file = set_from_file
+    untyped._write_file = write_file
