@@ -113,7 +113,7 @@ def test_usage_errors_have_the_fix(shell):
     assert usage_error(shell, "stats") == (
         "%tpu: unknown subcommand 'stats'. Did you mean %tpu status? Subcommands: status, use, "
         "mode, compile, events, explain, recompiles, memory, sharding, plan, cluster, spmd, "
-        "preview, time, doctor, reset, dashboard (%tpu --help describes them)."
+        "preview, time, profile, parity, doctor, reset, dashboard (%tpu --help describes them)."
     )
     assert usage_error(shell, "events --kind nope") == (
         "%tpu events: argument --kind: invalid choice: 'nope' (choose from 'compile', "
@@ -146,10 +146,11 @@ def test_usage_errors_have_the_fix(shell):
     )
     assert usage_error(shell, "status", "1") == (
         "%%tpu status does not run a cell: write %tpu status on a line of its own. Cell "
-        "subcommands: %%tpu compile, %%tpu mode MODE, %%tpu time, %%tpu spmd."
+        "subcommands: %%tpu compile, %%tpu mode MODE, %%tpu time, %%tpu profile, %%tpu spmd."
     )
     assert usage_error(shell, "", "1") == (
-        "%%tpu needs a subcommand: %%tpu compile, %%tpu mode MODE, %%tpu time, %%tpu spmd."
+        "%%tpu needs a subcommand: %%tpu compile, %%tpu mode MODE, %%tpu time, %%tpu profile, "
+        "%%tpu spmd."
     )
     assert usage_error(shell, "mode", "1") == (
         "%tpu mode: %%tpu mode needs a mode for the cell\n"

@@ -56,7 +56,7 @@ class Command:
 
 
 _MODES = ("eager", "fuse", "blocking", "compile")
-_CELL = ("%%tpu compile", "%%tpu mode MODE", "%%tpu time", "%%tpu spmd")
+_CELL = ("%%tpu compile", "%%tpu mode MODE", "%%tpu time", "%%tpu profile", "%%tpu spmd")
 
 COMMANDS: dict[str, Command] = {
     c.name: c
@@ -179,6 +179,30 @@ COMMANDS: dict[str, Command] = {
             "run this cell and time it: device-synchronised, compile time split from run time",
             line=False,
             cell=True,
+        ),
+        Command(
+            "profile",
+            "run this cell and profile it: a timeline of its ops, sync points, compilations, "
+            "cache hits/misses and transfers, and a per-op table (host time)",
+            (
+                Arg(("--trace",), {"metavar": "PATH",
+                                   "help": "also write a Chrome/Perfetto trace (.json)"}),
+                Arg(("--top",), {"type": int, "default": 12, "metavar": "N",
+                                 "help": "ops in the table (default 12)"}),
+            ),  # fmt: skip
+            line=False,
+            cell=True,
+        ),
+        Command(
+            "parity",
+            "each layer of MODEL run on INPUTS on \"tpu\" and on the CPU: forward output and "
+            "gradient differences",
+            (
+                Arg(("model",), {"metavar": "MODEL"}, "variable"),
+                Arg(("inputs",), {"metavar": "INPUTS"}, "variable"),
+                Arg(("--no-backward",), {"action": "store_true",
+                                         "help": "compare the forward pass only"}),
+            ),  # fmt: skip
         ),
         Command("doctor", "the environment and every misconfiguration with its fix"),
         Command(
@@ -537,6 +561,35 @@ class TpuMagics(Magics):
             value = self._run(cell)
         print(timing)
         return value
+
+    def _profile(self, args, cell):
+        __tracebackhide__ = True  # noqa: F841
+        if args.top < 1:
+            raise _error("profile", f"--top must be 1 or more, got {args.top}")
+        if args.trace is not None and not args.trace.endswith(".json"):
+            raise _error("profile", f"--trace writes a .json trace, got {args.trace!r}")
+        from .events.context import ipython_cell
+        from .profiler import Recorder
+
+        number = ipython_cell()
+        recorder = Recorder(f"cell In[{number}]" if number is not None else "cell")
+        with recorder:
+            value = self._run(cell)
+        profile = recorder.profile
+        self.shell.user_ns["_tpu_profile"] = profile
+        if args.trace is not None:
+            profile.export_chrome_trace(args.trace)
+        display(profile.showing(args.top))
+        if args.trace is not None:
+            print(f"Chrome trace written to {args.trace} (open it at https://ui.perfetto.dev)")
+        return value
+
+    def _parity(self, args, cell):
+        model = self._lookup(args.model, "parity")
+        inputs = self._lookup(args.inputs, "parity")
+        numerics = _module("tpu_lab.numerics")
+        with _shown_as_usage_errors():
+            display(numerics.parity(model, inputs, backward=not args.no_backward))
 
     def _doctor(self, args, cell):
         from .doctor import diagnose
