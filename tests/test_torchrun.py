@@ -16,7 +16,8 @@ import psutil
 import pytest
 import torch
 
-from tpu_lab.sharding.torchrun import LAUNCH_ENV, topology_for
+from tpu_lab.errors import NotSimulatedError
+from tpu_lab.sharding.torchrun import LAUNCH_ENV, set_tpu_launch_env, topology_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,6 +120,20 @@ def test_topology_has_one_chip_per_process():
     assert topology_for(8, "v5e") == "v5e-8"
     with pytest.raises(Exception, match="No simulated topology of any generation has 3 devices"):
         topology_for(3)
+
+
+def test_set_tpu_launch_env_chooses_the_topology_and_never_overwrites(monkeypatch):
+    for name in ("TPU_LAB_TOPOLOGY", "TORCH_TPU_TOPOLOGY", "TORCH_TPU_XPROF_SESSION_ID"):
+        monkeypatch.delenv(name, raising=False)
+    set_tpu_launch_env(nproc_per_node=8)
+    assert os.environ["TPU_LAB_TOPOLOGY"] == "v6e-8"
+    assert os.environ["TORCH_TPU_TOPOLOGY"] == "2,4,1"  # TorchTPU's format
+    session = os.environ["TORCH_TPU_XPROF_SESSION_ID"]
+    set_tpu_launch_env(nproc_per_node=4)
+    assert os.environ["TPU_LAB_TOPOLOGY"] == "v6e-8"
+    assert os.environ["TORCH_TPU_XPROF_SESSION_ID"] == session
+    with pytest.raises(NotSimulatedError, match="simulates one host"):
+        set_tpu_launch_env(nnodes=2)
 
 
 def test_torchtpu_distributed_tutorial_runs_unchanged(tmp_path):

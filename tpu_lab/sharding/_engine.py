@@ -28,16 +28,13 @@ def setup(rank: int, world_size: int, store_path: str, timeout_s: float, stack_p
     _stack_file = open(stack_path, "a")  # noqa: SIM115 (open for the life of the engine)
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
-    import torch
     import torch.distributed as dist
 
     import tpu_lab
 
-    from .tpu_dist import register
+    from .torchrun import bind
 
-    backend = register()
-    # As transformers does: this process drives one chip, always tpu:0.
-    torch.accelerator.set_device_index(torch.accelerator.current_device_index())
+    backend = bind(world_size)  # as a torchrun rank: its chip, tpu_dist, tpu:0
     dist.init_process_group(
         backend,
         store=dist.FileStore(store_path, world_size),

@@ -28,7 +28,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from ..errors import SpmdError
+from ..errors import NotSimulatedError, SpmdError
 
 #: Marks every process of one launch (tests use it to check that none is left).
 LAUNCH_ENV = "TPU_LAB_TORCHRUN"
@@ -53,6 +53,30 @@ def topology_for(world_size: int, generation: str | None = None) -> str:
         f"No simulated topology of {generation or 'any generation'} has {world_size} devices; "
         f"use --nproc-per-node with one of {counts}."
     )
+
+
+def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None = None) -> None:
+    """TorchTPU's ``torch.tpu.distributed.set_tpu_launch_env`` on the bundled device: in the
+    parent, before a launcher spawns the ranks, choose the simulated topology (one device per
+    rank: ``TPU_LAB_TOPOLOGY``) and set what TorchTPU sets that code may read
+    (``TORCH_TPU_TOPOLOGY`` as ``"2,2,1"``, ``TORCH_TPU_XPROF_SESSION_ID``). As there, a
+    variable already set is never overwritten. One host only (``nnodes`` 1)."""
+    import time
+
+    from ..device.topology import parse_topology
+
+    if nnodes not in (None, 1):
+        raise NotSimulatedError(
+            f"set_tpu_launch_env(nnodes={nnodes}): the bundled device simulates one host."
+        )
+    if nproc_per_node is None:
+        from .. import backend
+
+        nproc_per_node = backend().status().chips
+    name = os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc_per_node))
+    shape = parse_topology(name).shape
+    os.environ.setdefault("TORCH_TPU_TOPOLOGY", ",".join(map(str, shape)))
+    os.environ.setdefault("TORCH_TPU_XPROF_SESSION_ID", str(time.time_ns()))
 
 
 def bind(world_size: int | None = None) -> str:
@@ -156,13 +180,15 @@ def launch(argv: list[str], *, generation: str | None = None) -> LaunchResult:
     nproc = int(args.nproc_per_node) if str(args.nproc_per_node).isdigit() else 1
     os.environ.setdefault(LAUNCH_ENV, uuid.uuid4().hex)
     if backend().simulated:
-        topology = os.environ.get("TPU_LAB_TOPOLOGY") or topology_for(nproc, generation)
-        os.environ["TPU_LAB_TOPOLOGY"] = topology
+        if generation is not None:
+            os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc, generation))
+        set_tpu_launch_env(nproc_per_node=nproc)
+        topology = os.environ["TPU_LAB_TOPOLOGY"]
     else:  # a TPU VM: TorchTPU's own per-process variables, decided in the parent
         import torch
 
         torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=nproc)
-        topology = os.environ.get("TORCH_TPU_TOPOLOGY", "TPU")
+        topology = "TPU " + os.environ.get("TORCH_TPU_TOPOLOGY", "")
     rest = argv[len(argv) - len(args.training_script_args) - 1 :]
     options = argv[: len(argv) - len(rest)]
     if args.module or args.no_python:

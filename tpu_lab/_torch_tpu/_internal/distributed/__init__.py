@@ -1,0 +1,3 @@
+"""``torch_tpu._internal.distributed`` (stand-in)."""
+
+__tpu_lab_standin__ = True
