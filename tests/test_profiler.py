@@ -167,3 +167,11 @@ def test_standin_profiler_module_is_this_one():
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_torch_tpu_profiler_module_has_torchtpus_public_name():
+    from tpu_lab.profiler.api import torch_tpu_module
+
+    module = torch_tpu_module()
+    assert module.__name__ == "torch.tpu.profiler" and module.__all__ == ["TpuProfilerConfig"]
+    assert module.TpuProfilerConfig is TpuProfilerConfig

@@ -40,7 +40,9 @@ execution_mode.eager_mode = execution_mode.EagerMode.DEFER_AND_FUSE
 print(torch.tpu.eager_mode.name, execution_mode.eager_mode is torch.tpu.eager_mode)
 with execution_mode.set_eager_mode(execution_mode.EagerMode.DEFER_NEVER):
     print(torch.tpu.eager_mode.name)
-execution_mode.eager_mode = torch.tpu.EagerMode.DEFER_NEVER
+print(torch.tpu.eager_mode.name)
+execution_mode.set_eager_mode(execution_mode.EagerMode.DEFER_NEVER)  # as before 0.2.0
+print(execution_mode.get_eager_mode().name)
 sync.synchronize(x)
 print(sync.is_materialized(x), TpuStream is torch.tpu.Stream, TpuEvent is torch.tpu.Event)
 print(standin.state(), select.torch_tpu_state())
@@ -59,6 +61,8 @@ def test_torchtpu_tutorial_imports_resolve_to_the_bundled_device():
         "True",
         "tpu True",
         "DEFER_AND_FUSE True",
+        "DEFER_NEVER",
+        "DEFER_AND_FUSE",
         "DEFER_NEVER",
         "True True True",
         "standin absent",

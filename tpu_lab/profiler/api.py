@@ -150,3 +150,13 @@ def stop_server() -> None:
 
 def register_kineto_backend() -> None:
     """TorchTPU registers its Kineto backend here; PyTorch's CPU profiler needs none."""
+
+
+def torch_tpu_module():
+    """The ``torch.tpu.profiler`` module object (for :mod:`tpu_lab.device.tpu_module`)."""
+    import types
+
+    module = types.ModuleType("torch.tpu.profiler", "TorchTPU's profiler API (tpu_lab).")
+    module.TpuProfilerConfig = TpuProfilerConfig
+    module.__all__ = ["TpuProfilerConfig"]
+    return module

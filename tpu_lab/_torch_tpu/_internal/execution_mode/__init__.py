@@ -1,7 +1,10 @@
 """``torch_tpu._internal.execution_mode`` (stand-in): the eager mode as a module property.
 
 ``execution_mode.eager_mode = execution_mode.EagerMode.DEFER_AND_FUSE`` and
-``with execution_mode.set_eager_mode(...)`` act on the same setting as ``torch.tpu.eager_mode``.
+``with execution_mode.set_eager_mode(...)`` act on the same setting as ``torch.tpu.eager_mode``
+(TorchTPU 0.2.0). Code written for earlier TorchTPU releases also runs: ``get_eager_mode()``,
+and ``set_eager_mode(mode)`` called as a plain function sets the mode (in a ``with`` block it
+is restored at the end, as in 0.2.0).
 """
 
 import sys
@@ -11,8 +14,28 @@ from tpu_lab.device import modes
 
 __tpu_lab_standin__ = True
 EagerMode = modes.EagerMode
-set_eager_mode = modes.set_eager_mode
 __all__ = ["EagerMode", "disable_inplace_buffer_donation", "set_eager_mode"]
+
+
+def get_eager_mode():
+    """The current eager mode (TorchTPU releases before 0.2.0)."""
+    return modes.get_eager_mode()
+
+
+class set_eager_mode:  # noqa: N801 - TorchTPU's name; a function in its API
+    """Set ``mode`` now; used as a context manager, the previous mode comes back at its end."""
+
+    def __init__(self, mode) -> None:
+        self.mode = modes.as_eager_mode(mode)
+        self.previous = modes.get_eager_mode()
+        modes.put_eager_mode(self.mode)
+
+    def __enter__(self):
+        return self.mode
+
+    def __exit__(self, *exc) -> bool:
+        modes.put_eager_mode(self.previous)
+        return False
 
 _flags = {"enable_cpu_fallback": True, "inplace_buffer_donation": True}
 
