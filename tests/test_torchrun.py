@@ -173,3 +173,20 @@ def test_a_killed_rank_is_reported_and_nothing_is_left(tmp_path):
     assert "rank 2 (pid " in out.stderr and ") killed by SIGKILL" in out.stderr
     assert "ranks 0, 1, 3: stopped by torchrun" in out.stderr
     assert _left_running(marker) == []
+
+
+def test_a_rank_that_raises_is_reported_with_its_error(tmp_path):
+    out, marker = _launch(
+        tmp_path,
+        "import torch.distributed as dist, torch_tpu\n"
+        "dist.init_process_group('tpu_dist')\n"
+        "if dist.get_rank() == 1:\n    raise ValueError('bad shard on rank 1')\n"
+        "dist.barrier()\n",
+        nproc=2,
+    )
+    assert out.returncode == 1
+    report = out.stderr[out.stderr.index("torchrun: "):]  # rank 0 may fail too: its peer left
+    assert "ranks failed on v5p-2:" in report, out.stderr[-3000:]
+    (line,) = [x for x in report.splitlines() if x.startswith("  rank 1 (pid ")]
+    assert line.endswith(") exited with code 1: ValueError: bad shard on rank 1")
+    assert _left_running(marker) == []

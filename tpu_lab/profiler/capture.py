@@ -53,6 +53,18 @@ def _quiet_kineto():
                     print(line, file=sys.stderr)
 
 
+def _inside_an_op(event) -> bool:
+    """Whether an ATen op encloses ``event`` (then it is part of that op: the CPU kernel the
+    device ran, or a composite op's pieces). Backward and optimizer ops, under autograd's and
+    the optimizer's own records, are outermost ops too."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
 class Recorder:
     """``with Recorder("cell") as rec: ...`` then ``rec.profile``; what ``%%tpu profile`` and
     ``torch_tpu._internal.profiler.profile`` run."""
@@ -97,7 +109,7 @@ class Recorder:
         shift_us = (start_ns / 1e3) - self._wall0 * 1e6
         ops = []
         for e in raw:
-            if e.cpu_parent is not None or not e.name.startswith("aten::"):
+            if not e.name.startswith("aten::") or _inside_an_op(e):
                 continue
             shapes = tuple(tuple(s) for s in (e.input_shapes or ()) if s)
             ops.append(

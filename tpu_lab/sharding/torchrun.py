@@ -127,8 +127,10 @@ def _how(failure) -> str:
     code = failure.exitcode
     if code is not None and code < 0:
         return f"killed by {signal.Signals(-code).name}"
-    message = failure.message if isinstance(failure.message, str) else ""
-    last = message.strip().splitlines()[-1] if message.strip() else ""
+    message = failure.message
+    while isinstance(message, dict):  # from the rank's error file (@record): the exception
+        message = message.get("message", "")
+    last = message.strip().splitlines()[0] if isinstance(message, str) and message.strip() else ""
     return f"exited with code {code}" + (f": {last}" if last and "To enable" not in last else "")
 
 
@@ -179,6 +181,7 @@ def launch(argv: list[str], *, generation: str | None = None) -> LaunchResult:
     args = parser.parse_args(argv)
     nproc = int(args.nproc_per_node) if str(args.nproc_per_node).isdigit() else 1
     os.environ.setdefault(LAUNCH_ENV, uuid.uuid4().hex)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its warning
     if backend().simulated:
         if generation is not None:
             os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc, generation))
