@@ -190,3 +190,24 @@ def test_a_rank_that_raises_is_reported_with_its_error(tmp_path):
     (line,) = [x for x in report.splitlines() if x.startswith("  rank 1 (pid ")]
     assert line.endswith(") exited with code 1: ValueError: bad shard on rank 1")
     assert _left_running(marker) == []
+
+
+def test_on_a_tpu_vm_the_launch_environment_is_torchtpus(monkeypatch):
+    """TorchTPU (0.2.0) gives each rank its chip through the variables its own
+    set_tpu_launch_env sets in the parent; tpu_lab calls it there (torchrun and the cluster)."""
+    import types
+
+    import tpu_lab
+    from tpu_lab.sharding import torchrun
+
+    calls = []
+
+    def fake(*, nnodes=None, nproc_per_node=None):
+        calls.append(nproc_per_node)
+        os.environ.setdefault("TORCH_TPU_TOPOLOGY", "2,2,1")
+
+    monkeypatch.delenv("TORCH_TPU_TOPOLOGY", raising=False)
+    monkeypatch.setattr(tpu_lab, "backend", lambda: types.SimpleNamespace(simulated=False))
+    monkeypatch.setitem(vars(torch.tpu.distributed), "set_tpu_launch_env", fake)
+    assert torchrun.prepare_launch(4) == "TPU 2,2,1"
+    assert calls == [4]

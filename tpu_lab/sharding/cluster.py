@@ -91,6 +91,12 @@ class Cluster(View):
         self._folder = tempfile.mkdtemp(prefix="tpu-lab-cluster-")
         self._id = os.path.basename(self._folder)
         launch = [sys.executable, str(Path(_engine.__file__).with_name("_launch.py"))]
+        from .. import backend
+
+        if not backend().simulated:  # TorchTPU's per-process launch variables, as torchrun's
+            from .torchrun import prepare_launch
+
+            prepare_launch(self.world_size)
         env = {
             "TPU_LAB_TOPOLOGY": self.topology.name,
             CLUSTER_ENV: self._id,

@@ -79,6 +79,24 @@ def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None 
     os.environ.setdefault("TORCH_TPU_XPROF_SESSION_ID", str(time.time_ns()))
 
 
+def prepare_launch(nproc: int, generation: str | None = None) -> str:
+    """In the parent of ``nproc`` ranks (torchrun, the SPMD cluster): the launch environment
+    every rank inherits. Bundled device: :func:`set_tpu_launch_env`. TPU VM: TorchTPU's own
+    ``torch.tpu.distributed.set_tpu_launch_env`` (verified against torch-tpu 0.2.0's source,
+    not run on hardware here). Returns the topology's description."""
+    from .. import backend
+
+    if backend().simulated:
+        if generation is not None:
+            os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc, generation))
+        set_tpu_launch_env(nproc_per_node=nproc)
+        return os.environ["TPU_LAB_TOPOLOGY"]
+    import torch
+
+    torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=nproc)
+    return "TPU " + os.environ.get("TORCH_TPU_TOPOLOGY", "")
+
+
 def bind(world_size: int | None = None) -> str:
     """Make this process one rank's chip (see the module docstring); returns the backend name."""
     import torch
@@ -175,23 +193,13 @@ def launch(argv: list[str], *, generation: str | None = None) -> LaunchResult:
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from .. import backend
 
     parser = run.get_args_parser()
     args = parser.parse_args(argv)
     nproc = int(args.nproc_per_node) if str(args.nproc_per_node).isdigit() else 1
     os.environ.setdefault(LAUNCH_ENV, uuid.uuid4().hex)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its warning
-    if backend().simulated:
-        if generation is not None:
-            os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc, generation))
-        set_tpu_launch_env(nproc_per_node=nproc)
-        topology = os.environ["TPU_LAB_TOPOLOGY"]
-    else:  # a TPU VM: TorchTPU's own per-process variables, decided in the parent
-        import torch
-
-        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=nproc)
-        topology = "TPU " + os.environ.get("TORCH_TPU_TOPOLOGY", "")
+    topology = prepare_launch(nproc, generation)
     rest = argv[len(argv) - len(args.training_script_args) - 1 :]
     options = argv[: len(argv) - len(rest)]
     if args.module or args.no_python:
