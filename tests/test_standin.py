@@ -73,9 +73,9 @@ def test_torchtpu_tutorial_imports_resolve_to_the_bundled_device():
 def test_doctor_says_import_torch_tpu_gives_the_standin():
     out = _python("import tpu_lab, torch_tpu\nfrom tpu_lab.doctor import diagnose\nprint(diagnose())")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "torch_tpu           not installed (absent)" in out.stdout
+    assert "  torch_tpu     not installed (absent)" in out.stdout
     assert (
-        "torch_tpu stand-in  loaded: tpu_lab's stand-in (TorchTPU 0.2.0 API on the bundled device)"
+        "  stand-in      loaded: tpu_lab's stand-in (TorchTPU 0.2.0 API on the bundled device)"
         in out.stdout
     )
 

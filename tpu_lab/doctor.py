@@ -91,7 +91,7 @@ def diagnose() -> Report:
     r.rows.append(("torch_tpu", f"{tt or 'not installed'} ({state})"))
     from . import standin
 
-    r.rows.append(("torch_tpu stand-in", standin.describe()))
+    r.rows.append(("stand-in", standin.describe()))  # for `import torch_tpu`
     r.rows.append(("libtpu", _version("libtpu") or "not installed"))
     hardware = select.tpu_hardware_present()
     r.rows.append(("TPU hardware", "present" if hardware else "none (no /dev/accel*, /dev/vfio/N)"))
