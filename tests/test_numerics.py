@@ -171,3 +171,76 @@ def test_parity_shows_where_emulated_tpu_numerics_part_from_the_cpu(monkeypatch)
     assert not report.bitwise
     assert 1e-5 < linear_row.forward_rel < 1e-1
     assert "grad" not in report.to_text().splitlines()[1]
+
+
+TRACERS = '''
+import sys, warnings
+warnings.simplefilter("ignore")
+import torch
+if sys.argv[1] == "ours":
+    import tpu_lab  # noqa: F401  (installs the torch_tpu stand-in)
+from torch_tpu._internal.utils import tracer_utils, utils
+
+torch.manual_seed(0)
+inner = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ModuleList([torch.nn.ReLU()]))
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = inner
+    def forward(self, x, scale=2.0):
+        return self.inner[1][0](self.inner[0](x)) * scale
+
+m, x = M(), torch.randn(2, 3)
+with utils.ActivationTracer(m) as tracer:
+    m(x, scale=3.0)
+print(tracer_utils.pformat_activation_tracer(tracer))
+with utils.OpTracer() as ops:
+    (x * 2).sum().sqrt()
+print(tracer_utils.pformat_op_tracer(ops), ops.num_atens())
+print(utils.get_tensor_summary(x), utils.get_tensor_summary(x, data=False))
+print(utils.format_tensor(x, "desc"))
+print(utils.model_memory(m, torch.bfloat16))
+replayed = tracer_utils.replay_log(tracer.forward_log, "cpu")
+text = tracer_utils.pformat_replay(tracer.forward_log, tracer.forward_pre_log, replayed)
+print("\\n".join(line for line in text.splitlines() if "time" not in line and "Duration" not in line))
+'''
+
+
+def test_tracer_tools_print_exactly_as_torchtpus(tmp_path):
+    """The same script through the real torch-tpu 0.2.0 and through the stand-in (CPU tensors,
+    so that both can run it): the same text, line for line (times left out)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    python = os.environ.get("TPU_LAB_TORCHTPU_PYTHON", str(root / ".venv-torchtpu/bin/python"))
+    if not Path(python).exists():
+        pytest.skip("no torch-tpu environment: run scripts/setup_torchtpu_env.sh")
+    script = tmp_path / "tracers.py"
+    script.write_text(TRACERS)
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONPATH": str(root)}
+    real, ours = (
+        subprocess.run([exe, str(script), which], capture_output=True, text=True, env=env,
+                       timeout=300)  # fmt: skip
+        for exe, which in ((python, "real"), (sys.executable, "ours"))
+    )
+    assert real.returncode == 0, real.stderr[-2000:]
+    assert ours.returncode == 0, ours.stderr[-2000:]
+    assert "+- Linear END (#2)" in real.stdout and "Delta:" in real.stdout
+    assert ours.stdout == real.stdout
+
+
+def test_replaying_tpu_activations_on_the_cpu_shows_zero_deltas():
+    from tpu_lab.numerics.tracer_utils import pformat_replay, replay_log
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()).to("tpu")
+    with ActivationTracer(model) as tracer:
+        model(torch.randn(2, 4).to("tpu"))
+    replayed = replay_log(tracer.forward_log, "cpu")
+    text = pformat_replay(tracer.forward_log, tracer.forward_pre_log, replayed)
+    deltas = [line for line in text.splitlines() if line.startswith("  Delta:")]
+    assert len(deltas) == 3
+    assert all("Min: 0.00  Max: 0.00" in line and line.endswith("float32  cpu") for line in deltas)

@@ -2,7 +2,9 @@
 the TPU's float32 matmul (bfloat16 passes on the MXU).
 
 - :mod:`.tracing`: ``OpTracer``, ``ActivationTracer``, ``get_tensor_summary``, ``format_tensor``,
-  ``model_memory`` (TorchTPU's ``torch_tpu._internal.utils.utils``).
+  ``model_memory`` (TorchTPU's ``torch_tpu._internal.utils.utils``); :mod:`.tracer_utils`: their
+  printing and the replay-on-CPU value check (``torch_tpu._internal.utils.tracer_utils``), text
+  identical to torch-tpu 0.2.0's.
 - :mod:`.parity`: :func:`parity` (``%tpu parity MODEL INPUTS``).
 - :mod:`.mxu`: :func:`mxu_matmul`, :func:`bilinear` (``TPU_LAB_NUMERICS=tpu``).
 """
