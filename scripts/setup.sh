@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv and install tpu_lab with the extras named in $1 (default: hf).
+# Create .venv and install tpu_lab with the extras named in $1 (default: hf), torch
+# $TORCH_VERSION (default 2.13.0), and build the bundled device's compiled core.
 # torch comes from PyTorch's CPU wheel index when it is reachable, so that a machine without
 # a GPU never downloads the multi-GB CUDA build; elsewhere pip's configured indexes are used.
 set -euo pipefail
@@ -14,7 +15,7 @@ fi
 pip=("$venv/bin/python" -m pip)
 "${pip[@]}" install --quiet --upgrade pip
 
-torch_args=("torch==2.13.0")
+torch_args=("torch==${TORCH_VERSION:-2.13.0}")
 if [ -n "$cpu_index" ] && "$venv/bin/python" - "$cpu_index" <<'PY'
 import sys, urllib.request
 try:
@@ -27,4 +28,9 @@ then
 fi
 "${pip[@]}" install --quiet "${torch_args[@]}"
 "${pip[@]}" install --quiet -e ".[${extras}]"
+# The bundled device's compiled core (C++, about a minute with g++); where it cannot be built
+# the pure-Python core runs instead and `tpu-lab doctor` says why.
+if ! "$venv/bin/tpu-lab" build-core; then
+    echo "tpu_lab: the compiled device core was not built; the pure-Python core runs instead" >&2
+fi
 echo "tpu_lab installed in $venv with extras [$extras]"

@@ -13,3 +13,14 @@ def fresh_dynamo():
     torch._dynamo.utils.counters.clear()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def python_core():
+    """Skip the test unless the pure-Python core runs: it tests that core's internals
+    (``make test`` runs the device suites once more with ``TPU_LAB_CORE=python``)."""
+    from tpu_lab import device
+
+    device.install()
+    if device.CORE.name != "python":
+        pytest.skip("tests the pure-Python core's kernels (TPU_LAB_CORE=python)")

@@ -229,15 +229,16 @@ def test_ops_that_write_an_argument_return_their_result():
 
 
 def test_moving_a_model_without_grad_both_ways():
-    """``model.to`` under no_grad, and frozen models back to the CPU (torch asks whether the
-    tensor types are shallow-copy compatible: cpu and a PrivateUse1 device never are, so
-    ``Module._apply`` makes new parameters, as for every out-of-tree device)."""
+    """``model.to`` under no_grad, and frozen models back to the CPU. torch asks whether the
+    tensor types are shallow-copy compatible: cpu and "tpu" are, as cpu and cuda are, so
+    ``Module._apply`` keeps the Parameter objects (tests/test_parameters.py)."""
     with torch.no_grad():
         model = torch.nn.Linear(3, 3).to("tpu")
     assert model.weight.device.type == "tpu"
     back = model.requires_grad_(False).to("cpu")
     assert back.weight.device.type == "cpu"
-    assert not torch._has_compatible_shallow_copy_type(torch.ones(1, device="tpu"), torch.ones(1))
+    # as on CUDA: CPU and "tpu" tensors are both dense, so `param.data = tpu_tensor` is allowed
+    assert torch._has_compatible_shallow_copy_type(torch.ones(1, device="tpu"), torch.ones(1))
     assert torch._has_compatible_shallow_copy_type(
         torch.ones(1, device="tpu"), torch.ones(1, device="tpu")
     )
@@ -260,6 +261,7 @@ def test_only_tpu_0_exists_in_a_process(make):
     assert torch.ones(1, device="tpu:0").device == torch.device("tpu", 0)
 
 
+@pytest.mark.usefixtures("python_core")
 def test_a_binding_runs_without_defaults_only_where_its_defaults_are_the_schemas():
     """Kernels call an op's Python binding with just the arguments the dispatcher passed only
     after seeing that the binding's defaults reach the op with the same arguments: true for

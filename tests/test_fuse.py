@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -40,10 +42,13 @@ def test_growing_length_misses_once_per_length_then_hits(fresh):
     assert torch.tpu._get_cache_misses() == 3
     assert torch.tpu._get_cache_hits() == 4
     misses = events.log.events("cache_miss")
-    assert [e.details["changes"][0] for e in misses[1:]] == [
-        "op 0 (aten.matmul) argument 0 shape [1, 4, 16] vs cached [1, 3, 16]: dimension 1 changed",
-        "op 0 (aten.matmul) argument 0 shape [1, 5, 16] vs cached [1, 4, 16]: dimension 1 changed",
-    ]
+    # the first op the device sees: matmul whole (Python core) or its first piece (compiled)
+    for miss, (new, old) in zip(misses[1:], ((4, 3), (5, 4)), strict=True):
+        assert re.fullmatch(
+            rf"op 0 \(aten\.(matmul|view)\) argument 0 shape \[1, {new}, 16\] vs cached "
+            rf"\[1, {old}, 16\]: dimension 1 changed",
+            miss.details["changes"][0],
+        )
     assert "pad or bucket" in misses[1].details["hints"][0]
     assert all(e.where.startswith(__file__) for e in misses)  # the test's own sync line
 
@@ -66,9 +71,10 @@ def test_scalar_values_are_baked_in(fresh):
         for scale in (0.25, 0.5):
             (x * scale).sum().item()
     change = events.log.events("cache_miss")[-1].details["changes"][0]
-    assert (
-        change
-        == "op 0 (aten.mul.Tensor) argument 1: scalar 0.5 vs cached 0.25 baked into the graph"
+    assert re.fullmatch(
+        r"op 0 \(aten\.mul\.(Tensor|out)\) argument 1: scalar 0\.5 vs cached 0\.25 baked into "
+        r"the graph",
+        change,
     )
 
 
@@ -120,7 +126,10 @@ def test_cache_miss_explanation_and_storm(fresh):
     assert [e.details["storm"] for e in misses] == [False, False, False, True, True, True]
     text = tpu_lab.explain().to_text(width=100)
     assert text.startswith("cache miss #")
-    assert "what changed       op 0 (aten.matmul) argument 0 shape [1, 7, 16] vs cached" in text
+    assert re.search(
+        r"what changed       op 0 \(aten\.(matmul|view)\) argument 0 shape \[1, 7, 16\] vs cached",
+        text,
+    )
     assert "6 compilation(s) at this sync point" in text
 
 

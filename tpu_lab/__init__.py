@@ -111,18 +111,25 @@ def _register_in_ipython() -> None:
         load_ipython_extension(shell)
 
 
-if _activate() is None:
-    from .runtime import conflict as _conflict
+def _start() -> None:
+    """Make "tpu" a device (TorchTPU's or the bundled one) and start observing it."""
+    if _activate() is None:
+        from .runtime import conflict as _conflict
 
-    warnings.warn(_conflict(), RuntimeWarning, stacklevel=2)
-else:
-    from . import events, standin
+        warnings.warn(_conflict(), RuntimeWarning, stacklevel=3)
+    else:
+        from . import events, standin
 
-    events.install()
-    standin.install()  # `import torch_tpu` where TorchTPU is absent: the stand-in (tpu_lab.standin)
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker drives its rank's chip
-        from .sharding.torchrun import bind as _bind
+        events.install()
+        standin.install()  # `import torch_tpu` where TorchTPU is absent (tpu_lab.standin)
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker drives its rank's chip
+            from .sharding.torchrun import bind as _bind
 
-        _bind()
+            _bind()
+    _register_in_ipython()
 
-_register_in_ipython()
+
+# Imported by torch's autoload (torch is still initialising): _autoload() decides what runs.
+_torch = sys.modules.get("torch")
+if not getattr(getattr(_torch, "__spec__", None), "_initializing", False):
+    _start()

@@ -18,6 +18,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("doctor", help="show the environment and any misconfiguration with its fix")
     sub.add_parser("tour", help="a short terminal tour of the 'tpu' device")
+    build = sub.add_parser(
+        "build-core", help="compile the bundled device's C++ core for this torch (needs g++)"
+    )
+    build.add_argument("--verbose", action="store_true", help="show the compiler's output")
     kernel = sub.add_parser("kernel", help="Jupyter kernel that always uses the simulated TPU")
     kernel_sub = kernel.add_subparsers(dest="kernel_command", metavar="ACTION")
     install = kernel_sub.add_parser("install", help="install the kernel spec")
@@ -60,6 +64,16 @@ def main(argv: list[str] | None = None) -> int:
         report = diagnose()
         print(report)
         return 0 if report.ok else 1
+    if args.command == "build-core":
+        from .device import core
+
+        try:
+            seconds = core.build(verbose=args.verbose)
+        except RuntimeError as exc:
+            print(f"tpu-lab build-core: {exc}", file=sys.stderr)
+            return 1
+        print(f"Built the compiled device core in {seconds:.0f} s: {core.build_dir()}")
+        return 0
     if args.command == "tour":
         from .tour import run
 

@@ -10,8 +10,11 @@ from importlib.metadata import PackageNotFoundError, version
 from .runtime import select
 from .runtime.base import _chips
 
+#: The torch minor versions the bundled device is tested on (scripts/torch_matrix.sh).
+TESTED_TORCH = ("2.11", "2.12", "2.13", "2.14")
 _ENV_VARS = (
     "TPU_LAB_BACKEND",
+    "TPU_LAB_CORE",
     "TPU_LAB_TOPOLOGY",
     "TPU_LAB_COMPILE_LOWERING",
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
@@ -59,6 +62,22 @@ class Report:
         return not self.problems
 
 
+def _device_core(r: Report) -> None:
+    """Which core runs the bundled device, and why."""
+    from .device import CORE, core
+
+    r.rows.append(("device core", f"{CORE.name} ({CORE.reason})"))
+    if CORE.name == "python" and os.environ.get(core.CORE_ENV, "auto") != "python":
+        r.problems.append(
+            (
+                f"the bundled device runs on its pure-Python core: the compiled core is not "
+                f"usable ({CORE.reason}). Ops cost about 20 µs more each, and pinned memory "
+                "and storage resize are missing.",
+                "tpu-lab build-core (needs g++ and ninja: apt-get install g++ ninja-build)",
+            )
+        )
+
+
 def diagnose() -> Report:
     """Inspect this process and machine; never raises for a misconfiguration."""
     import torch
@@ -70,10 +89,11 @@ def diagnose() -> Report:
     r.rows.append(("python", sys.version.split()[0]))
     cuda = torch.version.cuda
     r.rows.append(("torch", torch.__version__ + (f" (CUDA {cuda} build)" if cuda else "")))
-    if not torch.__version__.startswith("2.13."):
+    if torch.__version__.split("+")[0].rsplit(".", 1)[0] not in TESTED_TORCH:
         r.problems.append(
             (
-                f"torch {torch.__version__} is installed; the bundled device is built for 2.13.",
+                f"torch {torch.__version__} is installed; the bundled device is tested with "
+                f"torch {', '.join(TESTED_TORCH)}.",
                 "pip install 'torch==2.13.*' (CPU build: add --index-url "
                 "https://download.pytorch.org/whl/cpu on machines without a GPU).",
             )
@@ -107,6 +127,8 @@ def diagnose() -> Report:
         r.rows.append(("topology", f"{s.topology} {s.topology_shape}, {_chips(s.chips)}"))
         r.rows.append(("HBM per chip", _gib(s.memory.capacity)))
         r.rows.append(("eager mode", s.eager_mode))
+        if s.simulated:
+            _device_core(r)
         if hardware and s.simulated:
             r.problems.append(
                 (

@@ -12,6 +12,8 @@ import threading
 
 import torch
 
+from . import bridge, core
+from .core import CoreChoice
 from .driver import Chip, MemoryStats, chip, format_bytes, set_topology
 from .topology import DEFAULT_TOPOLOGY, GENERATIONS, TOPOLOGY_ENV, Topology, parse_topology
 
@@ -32,6 +34,8 @@ __all__ = [
 
 _lock = threading.Lock()
 _libraries: list[torch.library.Library] = []
+#: The core this process runs (set by :func:`install`).
+CORE: CoreChoice | None = None
 
 
 def is_installed() -> bool:
@@ -40,34 +44,49 @@ def is_installed() -> bool:
 
 def install() -> None:
     """Make "tpu" a PyTorch device backed by the CPU. Idempotent; call once per process."""
+    global CORE
     with _lock:
         if _libraries:
             return
-        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+        from . import autocast, compile_backend, dropout
 
-        from . import (
-            accelerator,
-            attention,
-            autocast,
-            compile_backend,
-            composite,
-            generator,
-            kernels,
-            storage,
-            tpu_module,
-            transfers,
-        )
-
-        _setup_privateuseone_for_python_backend("tpu", backend_module=tpu_module.build())
+        choice = core.choose()
         fallback = torch.library.Library("_", "IMPL")
         lib = torch.library.Library("aten", "IMPL")
-        kernels.register(lib)
-        transfers.register(lib)
-        attention.register(lib)
-        composite.register(lib)
+        if choice.name == "compiled":
+            _install_compiled()
+        else:
+            _install_python(lib)
+        lib.m.impl("dropout", "AutogradPrivateUse1", dropout.dropout, False)
         autocast.register(lib, fallback)
-        storage.install()
-        accelerator.install()
-        generator.install()
+        torch.set_autocast_dtype("tpu", torch.bfloat16)  # TorchTPU's default
         compile_backend.register()
         _libraries.extend([fallback, lib])
+        CORE = choice
+
+
+def _install_compiled() -> None:
+    """The C++ backend: PyTorch sees a device with its own allocator, hooks and guard."""
+    from . import tpu_module
+
+    torch.utils.rename_privateuse1_backend("tpu")
+    native = core.load()
+    native.register_cpu_kernels()
+    chip().use_native(native)
+    bridge.use_native(native)
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    torch._register_device_module("tpu", tpu_module.build())
+
+
+def _install_python(lib: torch.library.Library) -> None:
+    """The pure-Python kernels, and the patches of torch classes they need (patches.py)."""
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    from . import attention, composite, kernels, patches, tpu_module, transfers
+
+    _setup_privateuseone_for_python_backend("tpu", backend_module=tpu_module.build())
+    kernels.register(lib)
+    transfers.register(lib)
+    attention.register(lib)
+    composite.register(lib)
+    patches.install_python_core()

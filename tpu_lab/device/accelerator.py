@@ -12,7 +12,7 @@ from collections import OrderedDict
 import torch
 import torch.accelerator.memory as _memory
 
-from . import hooks, kernels
+from . import bridge
 from .driver import chip
 
 _originals: dict[str, object] = {}
@@ -64,9 +64,7 @@ def empty_cache() -> None:
 def synchronize(device=None, /) -> None:
     """Every op has finished when it returns on the bundled device."""
     _index(device)
-    kernels.sync_point("synchronize")
-    if hooks.observers:
-        hooks.emit("sync", reason="synchronize", nbytes=0)
+    bridge.synchronize()
 
 
 _REPLACEMENTS = {

@@ -15,9 +15,7 @@ import os
 
 import torch
 
-from . import hooks
-from .driver import PAYLOAD
-from .kernels import _MetaKernels, _unwrap, wrap
+from . import bridge, hooks
 
 #: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten").
 LOWERING_ENV = "TPU_LAB_COMPILE_LOWERING"
@@ -89,11 +87,9 @@ def _wrap(out, pairs):
     ptr = out.untyped_storage().data_ptr()
     for outer, inner in pairs:
         if ptr and inner.untyped_storage().data_ptr() == ptr and inner.dtype == out.dtype:
-            with _MetaKernels():  # an output that aliases an input stays a view of it
-                return torch.ops.aten.as_strided.default(
-                    outer, out.size(), out.stride(), out.storage_offset()
-                )
-    return wrap(out)
+            # an output that aliases an input stays a view of it
+            return outer.as_strided(out.size(), out.stride(), out.storage_offset())
+    return bridge.wrap(out)
 
 
 def _lower(gm: torch.fx.GraphModule, example_inputs):
@@ -118,12 +114,8 @@ def _lower(gm: torch.fx.GraphModule, example_inputs):
             return gm(*args)
 
     def run(args):
-        inputs = [_unwrap(a, False) for a in args]
-        pairs = [
-            (a, u)
-            for a, u in zip(args, inputs, strict=True)
-            if isinstance(a, torch.Tensor) and hasattr(a.untyped_storage(), PAYLOAD)
-        ]
+        inputs = [bridge.payload(a) if bridge.has_payload(a) else a for a in args]
+        pairs = [(a, u) for a, u in zip(args, inputs, strict=True) if u is not a]
         args.clear()
         outs = call(inputs)
         return type(outs)(_wrap(o, pairs) for o in outs)

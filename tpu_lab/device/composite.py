@@ -30,13 +30,16 @@ _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 _autocast_enabled = torch.is_autocast_enabled
 _any_autocast = torch._C._is_any_autocast_enabled
 # Random composites would draw from the CPU generator on the payloads: keep them decomposed so
-# the random ops inside use the device's generator (dropout has a kernel of its own below).
+# the random ops inside use the device's generator (dropout has a kernel of its own: dropout.py).
 _RANDOM = frozenset({"feature_dropout", "alpha_dropout", "feature_alpha_dropout", "rrelu"})
 # Composites the device handles with kernels of its own, questions about the tensors rather than
 # their values (is a tpu tensor shallow-copyable into a cpu one? no), and sync points (they must
 # reach _local_scalar_dense on the device, where the event log sees them).
 _SKIP = frozenset(
-    {"scaled_dot_product_attention", "item", "is_nonzero", "_has_compatible_shallow_copy_type"}
+    {
+        "scaled_dot_product_attention", "dropout", "item", "is_nonzero",
+        "_has_compatible_shallow_copy_type",
+    }
 )
 
 
@@ -118,21 +121,6 @@ def _kernel(qualname: str):
     return kernel
 
 
-def dropout(input, p: float, train: bool):
-    """``dropout`` the way the CPU computes it (``input * bernoulli_(1 - p) / (1 - p)``).
-
-    ATen sends PrivateUse1 tensors to the fused ``native_dropout``, whose backward scales in
-    float: in bfloat16 its gradients differ from the CPU's by one rounding.
-    """
-    if p == 0 or not train or input.numel() == 0:
-        return input
-    if p == 1:
-        return input * torch.zeros((), dtype=input.dtype, device=input.device)
-    noise = torch.empty_like(input).bernoulli_(1 - p)
-    noise.div_(1 - p)
-    return input * noise
-
-
 def _composites() -> list[str]:
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     names = []
@@ -155,8 +143,7 @@ def _composites() -> list[str]:
 
 
 def register(lib: torch.library.Library) -> int:
-    lib.m.impl("dropout", "AutogradPrivateUse1", dropout, False)
     names = _composites()
     for name in names:
         lib.m.impl(name, "AutogradPrivateUse1", _kernel(name), False)
-    return len(names) + 1
+    return len(names)

@@ -49,9 +49,14 @@ class MemoryStats:
 
 
 class Chip:
-    """State of the one chip this process drives (TorchTPU: one chip per process)."""
+    """State of the one chip this process drives (TorchTPU: one chip per process).
+
+    With the Python core the accounting is kept here; with the compiled core (``native``, its
+    module) the C++ allocator keeps it and this object reads it and words its errors.
+    """
 
     def __init__(self, topology: Topology, index: int = 0) -> None:
+        self.native = None
         self._lock = threading.Lock()
         # Frees are queued without the lock (deque.append is atomic), so that a Block freed by
         # the garbage collector while charge() holds the lock cannot deadlock; the queue is
@@ -69,8 +74,22 @@ class Chip:
     def name(self) -> str:
         return f"{self.topology.generation.display_name} (simulated)"
 
+    def use_native(self, native) -> None:
+        """Hand the accounting to the compiled core (before any "tpu" tensor exists)."""
+        self.native = native
+        native.set_capacity(self.capacity)
+        native.set_oom_wording(self._native_oom)
+
+    def _native_oom(self, nbytes: int, live: int, capacity: int) -> str:
+        message = self._oom_message(nbytes, live)
+        hooks.emit("oom", nbytes=nbytes, message=message)
+        return message
+
     def charge(self, nbytes: int) -> None:
         """Reserve ``nbytes`` of HBM or raise ``torch.OutOfMemoryError`` (nothing reserved)."""
+        if self.native is not None:
+            self.native.charge(nbytes)
+            return
         with self._lock:
             live = (self._drain() if self._freed else self.live) + nbytes
             if live <= self.capacity:
@@ -85,6 +104,10 @@ class Chip:
 
     def check(self, nbytes: int) -> None:
         """Raise ``torch.OutOfMemoryError`` if ``nbytes`` more would not fit (reserves nothing)."""
+        if self.native is not None:
+            self.native.charge(nbytes)
+            self.native.release(nbytes)
+            return
         with self._lock:
             if self._drain() + nbytes <= self.capacity:
                 return
@@ -109,22 +132,29 @@ class Chip:
             self.live -= freed.popleft()
         return self.live
 
-    def _oom_message(self, nbytes: int) -> str:
-        excess = self.live + nbytes - self.capacity
+    def _oom_message(self, nbytes: int, live: int | None = None) -> str:
+        live = self.live if live is None else live
+        excess = live + nbytes - self.capacity
         return (
             f"RESOURCE_EXHAUSTED: TPU out of memory allocating {format_bytes(nbytes)} on tpu:0 "
             f"({self.name}, {self.topology.name}). Ran out of memory in memory space hbm. "
-            f"Used {format_bytes(self.live)} of {format_bytes(self.capacity)} hbm. Exceeded hbm "
+            f"Used {format_bytes(live)} of {format_bytes(self.capacity)} hbm. Exceeded hbm "
             f"capacity by {format_bytes(excess)}. Free tensors you no longer need (del them), "
             "use a smaller batch or dtype (bfloat16), shard the model over more chips, or "
             f"choose a generation with more HBM (tpu_lab.use_topology('v5p-1'))."
         )
 
     def stats(self) -> MemoryStats:
+        if self.native is not None:
+            capacity, live, peak, allocations, ooms = self.native.stats()
+            return MemoryStats(capacity, live, peak, allocations, ooms)
         with self._lock:
             return MemoryStats(self.capacity, self._drain(), self.peak, self.allocations, self.ooms)
 
     def reset_peak(self) -> None:
+        if self.native is not None:
+            self.native.reset_peak()
+            return
         with self._lock:
             self.peak = self._drain()
 
@@ -199,3 +229,5 @@ def set_topology(topology: Topology) -> None:
     with _CHIP._lock:
         _CHIP.topology = topology
         _CHIP.capacity = topology.hbm_per_device
+    if _CHIP.native is not None:
+        _CHIP.native.set_capacity(topology.hbm_per_device)

@@ -102,10 +102,10 @@ def _refuse_inside_compile() -> None:
 
 def _switch_recording(mode: EagerMode) -> None:
     """DEFER_AND_FUSE records ops for the compile cache; leaving it ends the pending graph."""
-    from . import fuse, kernels
+    from . import bridge, fuse
 
     if mode is EagerMode.DEFER_AND_FUSE:
-        kernels.recorder = fuse.CACHE.record
-    elif kernels.recorder is not None:
+        bridge.set_recorder(fuse.CACHE.record)
+    elif bridge.recorder is not None:
         fuse.CACHE.flush("eager mode change")
-        kernels.recorder = None
+        bridge.set_recorder(None)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import NotSimulatedError
-from . import fuse, modes, streams
+from . import bridge, fuse, modes, streams
+from .bridge import default_generator
 from .driver import chip
-from .kernels import default_generator
 
 LEGACY_ENV = "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS"
 
@@ -207,19 +207,20 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 @_internal("torch.accelerator.synchronize")
 def synchronize(device=None) -> None:
     _index(device)
+    bridge.synchronize()
 
 
 def manual_seed(seed: int) -> None:
-    default_generator.manual_seed(int(seed))
+    default_generator().manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
-    default_generator.manual_seed(int(seed))
+    default_generator().manual_seed(int(seed))
 
 
 @_internal("torch.accelerator.random.initial_seed")
 def initial_seed() -> int:
-    return default_generator.initial_seed()
+    return default_generator().initial_seed()
 
 
 def _rng_device(device) -> None:
@@ -233,12 +234,12 @@ def _rng_device(device) -> None:
 @_internal("torch.accelerator.random.get_rng_state")
 def get_rng_state(device="tpu") -> torch.Tensor:
     _rng_device(device)
-    return default_generator.get_state()
+    return default_generator().get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
     _rng_device(device)
-    default_generator.set_state(new_state)
+    default_generator().set_state(new_state)
 
 
 def _mesh(mesh_shape, dcn_mesh_shape=None) -> torch.Tensor:
@@ -398,7 +399,7 @@ def build() -> _TpuModule:
     module.set_stream = _internal("torch.accelerator.set_stream")(streams.set_stream)
     module.current_stream = _internal("torch.accelerator.current_stream")(streams.current_stream)
     module.default_stream = streams.default_stream
-    module.default_generators = (default_generator,)
+    module.default_generators = (default_generator(),)
     for name, sub in _submodules().items():
         setattr(module, name, sub)
         sys.modules[f"torch.tpu.{name}"] = sub

@@ -84,7 +84,19 @@ def _copy_from_and_resize(src: _Tensor, dst: _Tensor) -> _Tensor:
     return _copy_from(src, dst)
 
 
+def _compatible_shallow_copy_type(self: _Tensor, src: _Tensor) -> bool:
+    """``cpu_param.data = tpu_tensor`` is allowed, as on CUDA (so ``model.to("tpu")`` keeps its
+    Parameter objects and tied weights stay tied)."""
+    return self.layout == src.layout == torch.strided and {self.device.type, src.device.type} <= {
+        "cpu",
+        "tpu",
+    }
+
+
 def register(lib: torch.library.Library) -> None:
+    lib.m.impl(
+        "_has_compatible_shallow_copy_type", "PrivateUse1", _compatible_shallow_copy_type, False
+    )
     lib.m.impl("_copy_from", "PrivateUse1", _copy_from, False)
     lib.m.impl("_copy_from_and_resize", "PrivateUse1", _copy_from_and_resize, False)
     lib.m.impl("_to_copy", "PrivateUse1", _to_copy, False)

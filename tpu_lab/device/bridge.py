@@ -1,0 +1,115 @@
+"""What the Python policy needs from whichever core runs the device.
+
+The event log, the eager modes and the compile backend see "tpu" tensors through these few
+functions: a tensor's bytes as a CPU tensor (:func:`payload`), a CPU result as a "tpu" tensor
+(:func:`wrap`), the op recorder of ``DEFER_AND_FUSE`` (:func:`set_recorder`), sync points
+(:func:`sync_point`) and the default generator. The compiled core calls :func:`_notify` at sync
+points and transfers; the Python core's kernels call :func:`sync_point` and emit themselves.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import fuse, hooks
+
+_native = None
+#: The recorder set while the eager mode is DEFER_AND_FUSE (``fuse.CACHE.record``), else None.
+recorder = None
+
+
+def use_native(native) -> None:
+    """The compiled core runs this process (``tpu_lab.device.install``)."""
+    global _native
+    _native = native
+    native.set_notifier(_notify)
+
+
+def native():
+    """The compiled core's module, or None where the Python core runs."""
+    return _native
+
+
+def _notify(kind: str, what: str, nbytes: int) -> None:
+    if kind == "sync":
+        sync_point(what)
+        if hooks.observers:
+            hooks.emit("sync", reason=what, nbytes=nbytes)
+        return
+    if what == "tpu->cpu":
+        sync_point("copy to host")
+    if hooks.observers:
+        hooks.emit("transfer", direction=what, nbytes=nbytes)
+
+
+def sync_point(reason: str) -> None:
+    """The host needs results: in DEFER_AND_FUSE the recorded graph ends here."""
+    if recorder is not None:
+        fuse.CACHE.flush(reason)
+
+
+def synchronize() -> None:
+    """``torch.accelerator.synchronize()``: a sync point, reported to observers."""
+    if _native is not None:
+        torch.accelerator.synchronize()
+        return
+    sync_point("synchronize")
+    if hooks.observers:
+        hooks.emit("sync", reason="synchronize", nbytes=0)
+
+
+def set_recorder(fn) -> None:
+    """Start (``fn``) or stop (None) reporting every op to ``fn(qualname, args, kwargs)``."""
+    global recorder
+    recorder = fn
+    if _native is not None:
+        _native.set_recorder(fn)
+    else:
+        from . import kernels
+
+        kernels.recorder = fn
+
+
+def has_payload(x) -> bool:
+    """Whether ``x`` is a "tpu" tensor with bytes (not a fake tensor while tracing)."""
+    if not isinstance(x, torch.Tensor) or x.device.type != "tpu":
+        return False
+    if _native is not None:
+        return not isinstance(x, torch._subclasses.FakeTensor)
+    from .driver import PAYLOAD
+
+    return hasattr(x.untyped_storage(), PAYLOAD)
+
+
+def payload(x: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor on the bytes of the "tpu" tensor ``x`` (no copy)."""
+    if _native is not None:
+        return _native.cpu_view(x)
+    from .kernels import payload as python_payload
+
+    return python_payload(x)
+
+
+def wrap(cpu: torch.Tensor) -> torch.Tensor:
+    """A "tpu" tensor on the bytes of the CPU tensor ``cpu`` (no copy), charged to HBM."""
+    if _native is not None:
+        return _native.adopt(cpu)
+    from .kernels import wrap as python_wrap
+
+    return python_wrap(cpu)
+
+
+_generator = None
+
+
+def default_generator() -> torch.Generator:
+    """The device's default random generator (draws what the CPU's does for the same seed)."""
+    global _generator
+    if _generator is None:
+        if _native is not None:
+            _generator = _native.default_generator()
+        else:
+            from .kernels import default_generator as python_generator
+
+            _generator = python_generator
+    return _generator

@@ -1,0 +1,137 @@
+"""Which core runs the bundled device, and building the compiled one.
+
+The **compiled core** (``csrc/``, C++) is a real PyTorch backend organised like PyTorch's
+reference out-of-tree backend OpenReg: an allocator whose host memory stands in for HBM, the
+PrivateUse1 hooks (pinned memory, generators, storage resize), a device guard, PyTorch's own
+view kernels and one boxed fallback that runs each op's CPU kernel on the same memory. It is
+compiled once per torch version by ``tpu-lab build-core`` (``make run`` and ``make test`` do
+it) into ``_build/`` beside this file.
+
+Where it is not built (no C++ compiler, or its sources changed since), the **Python core**
+(``kernels.py`` and friends) stands in: same behaviour where a user looks, about 20 µs more
+per op, and the patches of torch classes listed in :mod:`.patches`. ``TPU_LAB_CORE`` chooses:
+``auto`` (default: compiled when built), ``compiled`` (an error when it is not built) or
+``python``. ``tpu-lab doctor`` says which core runs and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+CORE_ENV = "TPU_LAB_CORE"
+_NAME = "tpu_lab_core"
+_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "module.cpp")
+_HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class CoreChoice:
+    """The core this process runs, and why (for ``tpu-lab doctor``)."""
+
+    name: str  # "compiled" or "python"
+    reason: str
+
+
+def _fingerprint() -> str:
+    digest = hashlib.sha256(f"torch {torch.__version__} python {sys.version}".encode())
+    for name in (*_SOURCES, "core.h"):
+        digest.update((_HERE / "csrc" / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_dir() -> Path:
+    """Where the compiled core of this torch version lives."""
+    return _HERE / "_build" / f"torch-{torch.__version__}"
+
+
+def _library() -> Path:
+    return build_dir() / f"{_NAME}.so"
+
+
+def _stamp() -> Path:
+    return build_dir() / "sources.sha256"
+
+
+def status() -> tuple[bool, str]:
+    """Whether an up-to-date compiled core is built, and if not, why."""
+    if not _library().exists():
+        return False, f"not built for torch {torch.__version__} (run: tpu-lab build-core)"
+    if not _stamp().exists() or _stamp().read_text().strip() != _fingerprint():
+        return False, "built from older sources (run: tpu-lab build-core)"
+    return True, f"built in {build_dir()}"
+
+
+_BUILD_SCRIPT = """
+import sys
+from torch.utils.cpp_extension import load
+load({name!r}, sources={sources!r}, build_directory={directory!r}, extra_cflags=["-O2"],
+     verbose={verbose!r})
+"""
+
+
+def build(verbose: bool = False) -> float:
+    """Compile the core (in a child process: loading it registers the device). Returns the
+    seconds it took; raises ``RuntimeError`` with the compiler's output when it fails."""
+    directory = build_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    script = _BUILD_SCRIPT.format(
+        name=_NAME,
+        sources=[str(_HERE / "csrc" / s) for s in _SOURCES],
+        directory=str(directory),
+        verbose=verbose,
+    )
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=not verbose,
+        text=True,
+        env={
+            **os.environ,
+            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+            # ninja from pip lives beside this interpreter, which may not be on PATH
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        },
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            "Building tpu_lab's compiled device core failed (the pure-Python core still "
+            "works). A C++ compiler (g++) and ninja are needed; the compiler said:\n"
+            + (done.stderr or "")[-4000:]
+        )
+    _stamp().write_text(_fingerprint())
+    return time.perf_counter() - start
+
+
+def load():
+    """Import the compiled core's Python module (registers the device's C++ parts)."""
+    spec = importlib.util.spec_from_file_location(
+        _NAME, _library(), loader=importlib.machinery.ExtensionFileLoader(_NAME, str(_library()))
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def choose() -> CoreChoice:
+    """The core this process will run, from ``TPU_LAB_CORE`` and what is built."""
+    wanted = os.environ.get(CORE_ENV, "auto").strip().lower() or "auto"
+    if wanted not in ("auto", "compiled", "python"):
+        raise ValueError(f"{CORE_ENV}={wanted!r}: use 'auto' (default), 'compiled' or 'python'.")
+    if wanted == "python":
+        return CoreChoice("python", f"{CORE_ENV}=python")
+    built, why = status()
+    if built:
+        return CoreChoice("compiled", why)
+    if wanted == "compiled":
+        raise RuntimeError(f"{CORE_ENV}=compiled, but the compiled core is {why}.")
+    return CoreChoice("python", f"the compiled core is {why}")

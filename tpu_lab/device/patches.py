@@ -1,0 +1,60 @@
+"""Every change tpu_lab makes to torch's own objects, in one place (each has a test in
+tests/test_patches.py).
+
+With the compiled core, PyTorch sees a real backend and only what TorchTPU itself changes is
+changed (``ALWAYS``). The pure-Python core, which PyTorch cannot see as a backend in C++, also
+needs ``PYTHON_CORE``: without C++ hooks, storages have no bytes of their own, generators and
+``torch.accelerator``'s memory functions have no device to ask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Patch:
+    target: str
+    why: str
+
+
+ALWAYS = (
+    Patch(
+        "torch.compile",
+        "as TorchTPU does: no backend means 'tpu' for 'tpu' inputs, backend 'tpu' means "
+        "dynamic=False, backend 'inductor' is refused for 'tpu' inputs (compile_backend.py)",
+    ),
+    Patch(
+        "torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format",
+        "while tracing, ask which convolution backend the CPU would use, so traced strides "
+        "match eager execution (compile_backend.py)",
+    ),
+)
+
+PYTHON_CORE = (
+    Patch(
+        "torch.UntypedStorage (cpu, to, nbytes, size, data_ptr, __new__), Tensor.data_ptr",
+        "a Python backend's storages hold no bytes: serialization and safetensors need the "
+        "payload's (storage.py)",
+    ),
+    Patch(
+        "torch.Generator",
+        "PrivateUse1 generators come from C++ hooks a Python backend cannot provide "
+        "(generator.py)",
+    ),
+    Patch(
+        "torch.accelerator: memory_stats, get_memory_info, reset_peak_memory_stats, "
+        "reset_accumulated_memory_stats, empty_cache, synchronize",
+        "PyTorch's Python device guard cannot synchronize and has no allocator to ask "
+        "(accelerator.py)",
+    ),
+)
+
+
+def install_python_core() -> None:
+    """The patches the pure-Python core needs (the compiled core needs none of them)."""
+    from . import accelerator, generator, storage
+
+    storage.install()
+    accelerator.install()
+    generator.install()
