@@ -1,0 +1,216 @@
+"""The embedded text-to-image model: a tiny Flux pipeline that draws coloured shapes.
+
+Trained by ``scripts/train_shapes.py`` (on the "tpu" device) on captioned scenes from
+:mod:`tpu_lab.models.shapes_world` and shipped in ``tpu_lab/models/shapes/`` as an ordinary
+Diffusers ``FluxPipeline`` folder, every part a standard Hugging Face class in a tiny
+configuration:
+
+- ``transformer/``: ``FluxTransformer2DModel`` (the family whose ``_tp_plan`` Diffusers ships,
+  so ``TensorParallelConfig(tp_degree=4)`` shards it: 4 heads, one per chip);
+- ``vae/``: ``AutoencoderKL`` (32x32 RGB to 16x16x4 latents, trained here first);
+- ``text_encoder/`` + ``tokenizer/``: ``CLIPTextModel`` (its pooled output) and
+  ``text_encoder_2/`` + ``tokenizer_2/``: ``T5EncoderModel`` (its token states), both with a
+  word-level ``PreTrainedTokenizerFast`` built locally over the world's words (Flux's own CLIP
+  BPE and T5 SentencePiece vocabularies would be megabytes; Diffusers loads whichever tokenizer
+  class ``model_index.json`` names);
+- ``scheduler/``: ``FlowMatchEulerDiscreteScheduler`` (rectified flow, as Flux).
+
+:func:`shapes_pipeline` loads it with ``FluxPipeline.from_pretrained``. Two of FluxPipeline's
+defaults suit the 12-billion-parameter original, not this model: pass :data:`CALL` (``height``
+and ``width`` 32, ``max_sequence_length`` 16: Flux pads prompts to that many T5 tokens without a
+mask, so the model only knows the length it was trained with). Classifier-free guidance is
+FluxPipeline's ``true_cfg_scale`` with ``negative_prompt=""`` (the model was trained with 10% empty
+captions; Flux's ``guidance_scale`` is a distilled-guidance input that this model, like
+FLUX.1-schnell, does not have).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import TpuLabError
+from . import shapes_world as world
+
+#: The pipeline folder shipped inside the package.
+FOLDER = Path(__file__).with_name("shapes")
+#: Prompt tokens (FluxPipeline's ``max_sequence_length``; captions are at most 13 with ``</s>``).
+TOKENS = 16
+#: Pass these to the pipeline: the size the model was trained at and its prompt length.
+CALL: dict[str, Any] = {"height": world.SIZE, "width": world.SIZE, "max_sequence_length": TOKENS}
+#: Denoising steps of the demos and tests, and the guidance they use (measured: see README).
+STEPS = 20
+GUIDANCE = 1.0
+SPECIALS = ("<pad>", "</s>", "<unk>")
+
+#: The VAE: one level (``vae_scale_factor`` 1), so its latents are the pixels. Its weights are
+#: set by :func:`pixel_vae`, not trained.
+VAE_CONFIG: dict[str, Any] = {
+    "in_channels": 3,
+    "out_channels": 3,
+    "down_block_types": ("DownEncoderBlock2D",),
+    "up_block_types": ("UpDecoderBlock2D",),
+    "block_out_channels": (8,),
+    "layers_per_block": 1,
+    "latent_channels": 3,
+    "norm_num_groups": 1,
+    "mid_block_add_attention": False,
+    "sample_size": world.SIZE,
+}
+#: The constant channel pair that pins the GroupNorm's statistics (see :func:`pixel_vae`).
+PIN = 1e4
+TRANSFORMER_CONFIG: dict[str, Any] = {
+    "patch_size": 1,
+    "in_channels": 12,  # 3 channels (RGB) x a 2x2 patch (Flux packs latents)
+    "num_layers": 2,
+    "num_single_layers": 2,
+    "attention_head_dim": 16,
+    "num_attention_heads": 4,
+    "joint_attention_dim": 64,  # the T5 width
+    "pooled_projection_dim": 64,  # the CLIP width
+    "guidance_embeds": False,
+    "axes_dims_rope": (4, 6, 6),
+}
+CLIP_CONFIG: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": TOKENS,
+    "projection_dim": 64,
+    "pad_token_id": 0,
+    "eos_token_id": 1,  # the pooled output is the state at the first </s>
+    "bos_token_id": 1,
+}
+T5_CONFIG: dict[str, Any] = {
+    "d_model": 64,
+    "d_kv": 16,
+    "d_ff": 128,
+    "num_layers": 2,
+    "num_heads": 4,
+    "relative_attention_num_buckets": 8,
+    "relative_attention_max_distance": TOKENS,
+    "feed_forward_proj": "gated-gelu",
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "decoder_start_token_id": 0,
+}
+SCHEDULER_CONFIG: dict[str, Any] = {"num_train_timesteps": 1000, "shift": 1.0,
+                                    "use_dynamic_shifting": False}  # fmt: skip
+
+
+class ShapesModelError(TpuLabError):
+    """The shapes model folder is missing or not a FluxPipeline folder."""
+
+
+def build_tokenizer(max_length: int = TOKENS):
+    """A word-level ``PreTrainedTokenizerFast`` over :data:`shapes_world.WORDS` that appends
+    ``</s>``; unknown words become ``<unk>``."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate((*SPECIALS, *world.WORDS))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+        model_max_length=max_length,
+    )  # fmt: skip
+
+
+def _pass_through(conv_in, norm, conv_out, channels: int, out_scale: float = 1.0) -> None:
+    """Set ``conv_out(SiLU(norm(conv_in(x))))`` to ``out_scale * x`` for ``channels`` channels.
+
+    conv_in writes each channel c as the pair (c, -c) and a constant pair (+PIN, -PIN); the
+    group's mean is then exactly 0 and its spread PIN/2 up to a relative 1e-8 (the pixels add
+    at most mean(x^2)/PIN^2), so the GroupNorm only divides by PIN/2, which its weight undoes.
+    SiLU(x) - SiLU(-x) = x exactly, which is what conv_out takes."""
+    import torch
+
+    with torch.no_grad():
+        for conv in (conv_in, conv_out):
+            conv.weight.zero_()
+            conv.bias.zero_()
+        for c in range(channels):
+            conv_in.weight[2 * c, c, 1, 1] = 1.0
+            conv_in.weight[2 * c + 1, c, 1, 1] = -1.0
+            conv_out.weight[c, 2 * c, 1, 1] = out_scale
+            conv_out.weight[c, 2 * c + 1, 1, 1] = -out_scale
+        conv_in.bias[2 * channels] = PIN
+        conv_in.bias[2 * channels + 1] = -PIN
+        width = conv_in.out_channels
+        spread = (2 * PIN**2 / width) ** 0.5  # the group's standard deviation
+        norm.weight.fill_(spread)
+        norm.bias.zero_()
+
+
+def pixel_vae(scale: float = 1.0, shift: float = 0.0):
+    """The ``AutoencoderKL`` of :data:`VAE_CONFIG` with its weights set so that it passes
+    pixels through: ``encode(x).latent_dist.mean == x`` and ``decode(z) == z`` to float32
+    rounding (1e-6), with a posterior spread of e^-15. Every resnet adds zero (its second
+    convolution is zero), the mid-block has no attention, and the GroupNorm + SiLU + conv at
+    each end is made exact by :func:`_pass_through`.
+
+    At 32x32 pixels a learned VAE buys nothing but cost and blur: this keeps FluxPipeline's
+    stock ``vae.decode`` path while the transformer works on the pixels themselves (Flux packs
+    2x2 of them per token: 256 tokens). ``scale``/``shift`` are the config's
+    ``scaling_factor``/``shift_factor``: the latents the transformer sees are
+    ``(pixels - shift) * scale``, as with Flux's own VAE."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    vae = AutoencoderKL(**VAE_CONFIG, scaling_factor=scale, shift_factor=shift)
+    with torch.no_grad():
+        for resnet in [*vae.encoder.down_blocks[0].resnets, *vae.encoder.mid_block.resnets,
+                       *vae.decoder.up_blocks[0].resnets, *vae.decoder.mid_block.resnets]:
+            resnet.conv2.weight.zero_()
+            resnet.conv2.bias.zero_()
+        _pass_through(vae.encoder.conv_in, vae.encoder.conv_norm_out, vae.encoder.conv_out, 3)
+        vae.encoder.conv_out.bias[3:] = -30.0  # log-variance: a posterior spread of e^-15
+        _pass_through(vae.decoder.conv_in, vae.decoder.conv_norm_out, vae.decoder.conv_out, 3)
+        for conv in (vae.quant_conv, vae.post_quant_conv):
+            conv.weight.copy_(torch.eye(conv.out_channels).view_as(conv.weight))
+            conv.bias.zero_()
+    return vae
+
+
+def build_components(seed: int = 0) -> dict[str, Any]:
+    """Untrained components of the pipeline (random weights, seeded), as FluxPipeline takes
+    them."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    tokenizer = build_tokenizer()
+    vocab = len(tokenizer)
+    torch.manual_seed(seed)
+    return {
+        "vae": pixel_vae(),
+        "text_encoder": CLIPTextModel(CLIPTextConfig(vocab_size=vocab, **CLIP_CONFIG)),
+        "tokenizer": tokenizer,
+        "text_encoder_2": T5EncoderModel(T5Config(vocab_size=vocab, **T5_CONFIG)),
+        "tokenizer_2": build_tokenizer(),
+        "transformer": FluxTransformer2DModel(**TRANSFORMER_CONFIG),
+        "scheduler": FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG),
+    }
+
+
+def shapes_pipeline(device: str = "tpu", path: str | Path | None = None, **kwargs):
+    """The embedded shapes pipeline: ``FluxPipeline.from_pretrained`` on the package's folder
+    (or ``path``), moved to ``device``; keyword arguments go to ``from_pretrained``
+    (``torch_dtype=torch.bfloat16``, ``transformer=...``). Call it with :data:`CALL`:
+    ``pipe("a red circle in the centre on a black background", **CALL)``."""
+    from diffusers import FluxPipeline
+
+    folder = Path(path) if path is not None else FOLDER
+    if not (folder / "model_index.json").is_file():
+        raise ShapesModelError(
+            f"{folder} is not a diffusers pipeline folder (no model_index.json): pass the "
+            "folder written by scripts/train_shapes.py."
+        )
+    pipe = FluxPipeline.from_pretrained(folder, **kwargs)
+    return pipe.to(device) if device is not None else pipe
