@@ -213,3 +213,33 @@ def test_on_a_tpu_vm_the_launch_environment_is_torchtpus(monkeypatch):
     monkeypatch.setitem(vars(torch.tpu.distributed), "set_tpu_launch_env", fake)
     assert torchrun.prepare_launch(4) == "TPU 2,2,1"
     assert calls == [4]
+
+
+def test_plain_torchrun_works_when_the_script_imports_tpu_lab(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import tpu_lab\nimport torch, torch.distributed as dist\n"
+        "dist.init_process_group('tpu_dist')\n"
+        "x = torch.ones(2, device='tpu') * (dist.get_rank() + 1)\ndist.all_reduce(x)\n"
+        "if dist.get_rank() == 0:\n"
+        "    print('sum', x.cpu().tolist(), tpu_lab.status().topology)\n"
+        "dist.destroy_process_group()\n"
+    )
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("TPU_LAB_TOPOLOGY", None)
+    out = subprocess.run(
+        [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+         "--master-port", str(_port()), str(script)],
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "sum [3.0, 3.0] v5p-2"  # each rank switched to a 2-chip topology
+
+
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
