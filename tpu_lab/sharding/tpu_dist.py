@@ -39,7 +39,7 @@ def _cpu(x):
     """A CPU tensor sharing the bytes of ``x`` (a "tpu" tensor's payload; CPU tensors as is)."""
     if isinstance(x, torch.Tensor):
         if x.device.type == "tpu":
-            from ..device.kernels import payload
+            from ..device.bridge import payload
 
             return payload(x)
         return x
@@ -186,7 +186,7 @@ def _register_functional_kernels() -> None:
 
 
 def _collective_kernel(op):
-    from ..device.kernels import wrap
+    from ..device.bridge import wrap
 
     def back(out, originals: dict[int, torch.Tensor]):
         if isinstance(out, torch.Tensor):
