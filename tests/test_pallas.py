@@ -92,3 +92,11 @@ def test_registration_errors_say_what_to_change():
         jax_op("tpu_lab_test::f", f)
     with pytest.raises(NotSimulatedError, match="with a mesh"):
         jax_op("tpu_lab_test::g", add, mesh=object())
+
+
+def test_torch_tpu_pallas_is_this_jax_op():
+    assert torch.tpu.pallas.jax_op is jax_op
+    assert sorted(n for n in dir(torch.tpu.pallas) if not n.startswith("_")) == [
+        "get_pallas_mesh", "jax_op"]  # fmt: skip
+    with pytest.raises(NotSimulatedError, match="get_pallas_mesh maps torch ranks"):
+        torch.tpu.pallas.get_pallas_mesh("x")

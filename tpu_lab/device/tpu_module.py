@@ -355,12 +355,24 @@ _OPS = (
 )  # fmt: skip
 
 
+def _set_tpu_launch_env(*, nnodes=None, nproc_per_node=None) -> None:
+    """TorchTPU's launch environment on the bundled device (tpu_lab.sharding.torchrun)."""
+    from ..sharding.torchrun import set_tpu_launch_env
+
+    set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)
+
+
 def _submodules() -> dict[str, types.ModuleType]:
+    # --- issue 15 (TorchTPU code on a laptop): pallas, profiler, launch env live outside device/
+    from .. import pallas
+    from ..profiler.config import torch_tpu_module as profiler_module
+
     return {
         "compiler": _NotSimulated("compiler", (), custom_compiler_options=_custom_compiler_options),
         "distributed": _NotSimulated(
             "distributed",
-            ("set_tpu_launch_env", "spmd_safe", "window_num_stripes", "window_stripe_chunk_mb"),
+            ("spmd_safe", "window_num_stripes", "window_stripe_chunk_mb"),
+            set_tpu_launch_env=_set_tpu_launch_env,
             topology_aware_mesh=lambda mesh_shape, *, dcn_mesh_shape=None, **_: _mesh(
                 mesh_shape, dcn_mesh_shape
             ),
@@ -369,8 +381,8 @@ def _submodules() -> dict[str, types.ModuleType]:
         "optimizers": _NotSimulated(
             "optimizers", ("AdamW", "Muon", "Optimizer", "Sgd", "SingleTraceTrainer")
         ),
-        "pallas": _NotSimulated("pallas", ("get_pallas_mesh", "jax_op")),
-        "profiler": _NotSimulated("profiler", ("TpuProfilerConfig",)),
+        "pallas": pallas.torch_tpu_module(),  # JAX's Pallas interpreter (tpu_lab.pallas)
+        "profiler": profiler_module(),  # TpuProfilerConfig (tpu_lab.profiler)
     }
 
 

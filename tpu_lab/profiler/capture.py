@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from .profile import EventSpan, OpSpan, Profile
+from .report import EventSpan, OpSpan, Profile
 
 #: Event kinds drawn on the timeline, each on its own lane.
 LANES = ("sync", "compile", "cache", "transfer")
