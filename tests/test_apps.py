@@ -1,4 +1,4 @@
-"""``tpu-lab demo image``: the Gradio app served on 127.0.0.1 and called with gradio_client.
+"""``tpu-lab demo digits``: the Gradio app served on 127.0.0.1 and called with gradio_client.
 
 One server for the module (a free port on 127.0.0.1, closed in ``finally``). Requests return
 the image, the trajectory video (H.264, decoded here to the right frame count and size) and
@@ -118,7 +118,7 @@ def test_gradio_checks_the_choices(client):
 def test_check_request_names_the_field():
     with pytest.raises(app.DemoInputError) as info:
         app.check_request(3, 1, 32, 0, 40, 8, app.EAGER)
-    assert str(info.value) == "Guidance scale must be a number from 1 to 10; got 40."
+    assert str(info.value) == "Guidance scale must be a number from 1 to 2; got 40."
     with pytest.raises(app.DemoInputError) as info:
         app.check_request(3, 1, 32, 0, 1, 8, "fast")
     assert str(info.value) == "mode must be one of eager, eager (DEFER_AND_FUSE), compiled; got 'fast'."
@@ -160,7 +160,7 @@ def test_model_path_rejects_pipelines_without_classes(tmp_path):
 
 
 def test_cli_reports_a_bad_model_path(tmp_path, capsys):
-    assert main(["demo", "image", "--model", str(tmp_path / "nowhere")]) == 2
+    assert main(["demo", "digits", "--model", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tpu-lab demo image: --model ")
+    assert err.startswith("tpu-lab demo digits: --model ")
     assert "no model_index.json there" in err

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+#: ``tpu-lab demo NAME``: the module of ``tpu_lab.apps`` that serves it.
+DEMO_MODULES = {"image": "prompt", "digits": "image", "text": "text"}
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -32,8 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="Gradio demo apps on the 'tpu' device")
     demo_sub = demo.add_subparsers(dest="demo_command", metavar="APP")
     demos = {
-        "image": ("draw digits with the embedded diffusion model",
-                  "a local diffusers pipeline folder"),
+        "image": ("text to image with the embedded Flux pipeline (coloured shapes)",
+                  "a local FluxPipeline folder (written by scripts/train_shapes.py)"),
+        "digits": ("draw digits with the embedded class-conditional diffusion model",
+                   "a local diffusers pipeline folder"),
         "text": ("continue a prompt with the embedded character model",
                  "a local model folder written by scripts/train_chars.py"),
     }  # fmt: skip
@@ -84,12 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         path = install(prefix=args.prefix, user=not args.sys_prefix)
         print(f"Installed the Jupyter kernel {DISPLAY_NAME!r} in {path}")
         return 0
-    if args.command == "demo" and args.demo_command in ("image", "text"):
+    if args.command == "demo" and args.demo_command in DEMO_MODULES:
         import importlib
 
         from .errors import TpuLabError
 
-        app = importlib.import_module(f"tpu_lab.apps.{args.demo_command}")
+        app = importlib.import_module(f"tpu_lab.apps.{DEMO_MODULES[args.demo_command]}")
         try:
             app.launch(args.model, device=args.device, host=args.host, port=args.port,
                        share=args.share)

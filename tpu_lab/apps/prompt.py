@@ -1,0 +1,251 @@
+"""``tpu-lab demo image``: text to image with the embedded Flux pipeline on the "tpu" device.
+
+A Gradio Blocks app around :func:`tpu_lab.models.shapes.shapes_pipeline` (a ``FluxPipeline``).
+Inputs: the prompt, the image size (a new size is a new shape for the transformer: compiled, it
+recompiles, and the panel says why), denoising steps, seed, guidance (``true_cfg_scale`` against
+the empty prompt), display scale, and the execution: eager, eager with TorchTPU's
+``DEFER_AND_FUSE`` compile cache, or the transformer compiled the announcement's way
+(``pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)``). Outputs: the image,
+the denoising trajectory as an H.264 video, what the judge of the shapes world sees in the image,
+and the request's compilations, recompilations (with their reasons) and cache statistics.
+Requests queue one at a time; the server listens on 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TpuLabError
+from . import DEFAULT_HOST, require_gradio, serve
+from .image import (
+    COMPILED,
+    EAGER,
+    FPS,
+    MODES,
+    DemoInputError,
+    _device_line,
+    _enlarge,
+    _real,
+    _report_html,
+    _whole,
+    measured,
+)
+
+#: Image sizes offered (pixels per side; Flux needs multiples of 4 here: 2x2 patches of a
+#: VAE with a factor of 2). The model was trained at 32.
+SIZES = (32, 48, 64)
+MAX_STEPS = 100
+#: Guidance above this only saturates the colours (see README: judge score per guidance).
+MAX_GUIDANCE = 4.0
+MAX_SCALE = 16
+MAX_SEED = 2**32 - 1
+EXAMPLE = "a large red circle in the top left on a black background"
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    prompt: str
+    size: int
+    steps: int
+    seed: int
+    guidance: float
+    scale: int
+    mode: str
+
+
+def check_prompt_request(prompt, size, steps, seed, guidance, scale, mode) -> PromptRequest:
+    """The inputs as a :class:`PromptRequest`, or a :class:`DemoInputError` naming the field."""
+    if mode not in MODES:
+        raise DemoInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DemoInputError(f"Prompt must be some words, e.g. {EXAMPLE!r}; got {prompt!r}.")
+    size = _whole(size, "Size", min(SIZES), max(SIZES))
+    if size not in SIZES:
+        raise DemoInputError(f"Size must be one of {', '.join(map(str, SIZES))}; got {size}.")
+    return PromptRequest(
+        prompt=" ".join(prompt.split()),
+        size=size,
+        steps=_whole(steps, "Steps", 1, MAX_STEPS),
+        seed=_whole(seed, "Seed", 0, MAX_SEED),
+        guidance=_real(guidance, "Guidance scale", 1.0, MAX_GUIDANCE),
+        scale=_whole(scale, "Display scale", 1, MAX_SCALE),
+        mode=mode,
+    )
+
+
+def judged(image, prompt: str) -> str:
+    """What the shapes world's judge says of ``image`` for ``prompt`` (one line)."""
+    from ..models import shapes_world
+
+    try:
+        verdict = shapes_world.judge(image, prompt)
+    except ValueError:
+        return "The judge only reads captions of the shapes world (see the examples)."
+    if verdict:
+        return "The judge: the prompt is honoured."
+    return "The judge: " + "; ".join(verdict.failures) + "."
+
+
+class PromptDemo:
+    """One FluxPipeline, its compiled twin (made on first use), and the handler."""
+
+    def __init__(self, pipe, *, title: str = "Text to image") -> None:
+        self.pipe = pipe
+        self.pipe.set_progress_bar_config(disable=True)
+        self.title = title
+        self._compiled = None
+        self._videos = tempfile.TemporaryDirectory(prefix="tpu_lab_demo_")
+
+    def close(self) -> None:
+        self._videos.cleanup()
+
+    def pipeline(self, mode: str):
+        """The pipeline for ``mode``: in compiled mode a twin sharing every component but the
+        transformer, which is compiled in place the announcement's way."""
+        if mode != COMPILED:
+            return self.pipe
+        if self._compiled is None:
+            import copy
+
+            transformer = copy.copy(self.pipe.transformer)  # shares the parameters
+            transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+            self._compiled = type(self.pipe)(**{**self.pipe.components,
+                                                "transformer": transformer})  # fmt: skip
+            self._compiled.set_progress_bar_config(disable=True)
+        return self._compiled
+
+    def run(self, request: PromptRequest, on_step=None):
+        """Draw ``request``: (image, MP4 bytes, judge line, Report)."""
+        import torch
+
+        from ..media import Trajectory, encode_mp4
+        from ..models.shapes import TOKENS
+
+        pipe = self.pipeline(request.mode)
+        trajectory = Trajectory(pipe)
+        size = request.size
+
+        def callback(p, step, t, tensors):
+            # Flux hands over packed latents; the trajectory decodes (B, C, H, W) ones.
+            latents = p._unpack_latents(tensors["latents"], size, size, p.vae_scale_factor)
+            trajectory(p, step, t, {"latents": latents})
+            if on_step is not None:
+                on_step(step + 1, request.steps)
+            return tensors
+
+        kwargs = {
+            "prompt": request.prompt,
+            "height": size,
+            "width": size,
+            "max_sequence_length": TOKENS,
+            "num_inference_steps": request.steps,
+            "generator": torch.Generator("cpu").manual_seed(request.seed),
+            "output_type": "np",
+            "callback_on_step_end": callback,
+            "callback_on_step_end_tensor_inputs": ["latents"],
+        }
+        if request.guidance > 1:
+            kwargs.update(negative_prompt="", true_cfg_scale=request.guidance)
+        images, report = measured(request.mode, lambda: pipe(**kwargs).images)
+        image = (images[0] * 255).round().astype("uint8")
+        frames = [_enlarge(f, request.scale) for f in trajectory.frames()]
+        from PIL import Image
+
+        picture = _enlarge(Image.fromarray(image), request.scale)
+        return picture, encode_mp4(frames, fps=FPS), judged(image, request.prompt), report
+
+    def generate(self, prompt, size, steps, seed, guidance, scale, mode, progress=None):
+        """The Gradio handler: (image, video path, judge line, events HTML, report dict)."""
+        import gradio as gr
+
+        try:
+            request = check_prompt_request(prompt, size, steps, seed, guidance, scale, mode)
+            on_step = (lambda i, n: progress((i, n), desc="denoising")) if progress else None
+            image, video, verdict, report = self.run(request, on_step)
+        except TpuLabError as exc:
+            raise gr.Error(str(exc)) from exc
+        path = Path(self._videos.name) / f"trajectory-{time.time_ns()}.mp4"
+        path.write_bytes(video)
+        return image, str(path), verdict, _report_html(report), report.to_dict()
+
+    def blocks(self):
+        import gradio as gr
+
+        from ..models.shapes import GUIDANCE, STEPS
+        from ..models.shapes_world import COLOURS, SHAPES
+
+        with gr.Blocks(title=f"tpu_lab: {self.title}") as demo:
+            gr.Markdown(
+                f"## {self.title}\nA tiny `FluxPipeline` trained on scenes of coloured shapes, on "
+                f"the `tpu` device ({_device_line()}). It knows {', '.join(COLOURS)}; "
+                f"{', '.join(SHAPES)}; small/large; the four corners and the centre; "
+                "*left of* and *above*; black or gray backgrounds. A new **Size** is a new "
+                "shape for the transformer: compiled, that is a recompilation, shown below "
+                "with its reason."
+            )
+            with gr.Row():
+                with gr.Column(scale=1):
+                    prompt = gr.Textbox(EXAMPLE, label="Prompt", elem_id="prompt")
+                    gr.Examples(
+                        [[EXAMPLE], ["a blue square left of a yellow triangle on a gray "
+                                     "background"],
+                         ["a small white triangle in the centre on a black background"]],
+                        [prompt],
+                    )  # fmt: skip
+                    size = gr.Dropdown(list(SIZES), value=SIZES[0], label="Size (pixels)")
+                    steps = gr.Number(STEPS, label=f"Steps (1-{MAX_STEPS})")
+                    seed = gr.Number(0, label="Seed")
+                    guidance = gr.Slider(1, MAX_GUIDANCE, value=GUIDANCE, step=0.5,
+                                         label="Guidance (true_cfg_scale; 1 = none)")
+                    scale = gr.Slider(1, MAX_SCALE, value=8, step=1, label="Display scale")
+                    mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
+                    button = gr.Button("Generate", variant="primary", elem_id="generate")
+                with gr.Column(scale=2):
+                    image = gr.Image(label="Image", type="pil", format="png", height=320,
+                                     elem_id="prompt-image")
+                    verdict = gr.Markdown(elem_id="verdict")
+                    video = gr.Video(label="Denoising trajectory", elem_id="trajectory",
+                                     autoplay=True, loop=True, height=320)
+            events = gr.HTML(label="Device events", elem_id="events")
+            report = gr.JSON(label="Request report", elem_id="report")
+
+            def generate(prompt, size, steps, seed, guidance, scale, mode,
+                         progress=gr.Progress()):  # noqa: B008 (Gradio's way)
+                return self.generate(prompt, size, steps, seed, guidance, scale, mode, progress)
+
+            button.click(
+                generate,
+                [prompt, size, steps, seed, guidance, scale, mode],
+                [image, video, verdict, events, report],
+                api_name="generate",
+            )
+        demo.queue(default_concurrency_limit=1)
+        return demo
+
+
+def build(model: str | Path | None = None, device: str = "tpu"):
+    """The app for ``model`` (default: the embedded shapes pipeline; else a FluxPipeline
+    folder) as Gradio Blocks; the :class:`PromptDemo` is ``blocks.demo``."""
+    from ..models.shapes import shapes_pipeline
+
+    require_gradio()
+    app = PromptDemo(shapes_pipeline(device=device, path=model))
+    blocks = app.blocks()
+    blocks.demo = app
+    return blocks
+
+
+def launch(
+    model: str | Path | None = None,
+    *,
+    device: str = "tpu",
+    host: str = DEFAULT_HOST,
+    port: int | None = None,
+    share: bool = False,
+    block: bool = True,
+):
+    """Build and serve the app on ``host:port`` (127.0.0.1 and a free port by default)."""
+    return serve(build(model, device), host=host, port=port, share=share, block=block)
