@@ -10,7 +10,7 @@ VENV ?= .venv
 PYTEST_ARGS ?=
 # The device's parity suites, run a second time on the pure-Python core (the fallback where
 # no C++ compiler exists); the first run uses the compiled core.
-PYTHON_CORE_TESTS = tests/test_device.py tests/test_device_ops.py tests/test_memory.py \
+PYTHON_CORE_TESTS ?= tests/test_device.py tests/test_device_ops.py tests/test_memory.py \
 	tests/test_serialization.py tests/test_fuse.py tests/test_compile.py \
 	tests/test_transformers.py tests/test_diffusers.py tests/test_tpu_module.py
 

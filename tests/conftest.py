@@ -24,3 +24,14 @@ def python_core():
     device.install()
     if device.CORE.name != "python":
         pytest.skip("tests the pure-Python core's kernels (TPU_LAB_CORE=python)")
+
+
+@pytest.fixture
+def compiled_core():
+    """Skip the test unless the compiled core runs: pinned memory and storage resize come from
+    its C++ hooks, which the pure-Python core cannot provide."""
+    from tpu_lab import device
+
+    device.install()
+    if device.CORE.name != "compiled":
+        pytest.skip("needs the compiled core's hooks (tpu-lab build-core)")

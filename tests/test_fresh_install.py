@@ -41,7 +41,10 @@ def test_make_run_then_make_test_in_a_fresh_clone(tmp_path):
     assert (clone / ".venv" / "bin" / "tpu-lab").exists()
 
     test = subprocess.run(
-        ["make", "test", "PYTEST_ARGS=-q -p no:cacheprovider tests/test_cli.py"],
+        [
+            "make", "test", "PYTEST_ARGS=-q -p no:cacheprovider tests/test_cli.py",
+            "PYTHON_CORE_TESTS=tests/test_serialization.py",
+        ],  # fmt: skip
         cwd=clone,
         env=env,
         capture_output=True,
@@ -50,4 +53,6 @@ def test_make_run_then_make_test_in_a_fresh_clone(tmp_path):
     )
     assert test.returncode == 0, test.stdout[-3000:] + test.stderr[-3000:]
     assert "All checks passed!" in test.stdout  # ruff
-    assert re.search(r"^\d+ passed", test.stdout, re.M), test.stdout[-2000:]
+    # both runs: the compiled core, then the pure-Python one
+    assert len(re.findall(r"^\d+ passed", test.stdout, re.M)) == 2, test.stdout[-2000:]
+    assert "Built the compiled device core" in run.stdout

@@ -10,14 +10,6 @@ import torch
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
 
 
-@pytest.fixture
-def compiled_core():
-    from tpu_lab import device
-
-    if device.CORE.name != "compiled":
-        pytest.skip("storage resize needs the compiled core's hooks (tpu-lab build-core)")
-
-
 def test_model_to_keeps_parameter_objects():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     before = list(model.parameters())

@@ -10,14 +10,6 @@ from torch.utils.data import DataLoader, TensorDataset
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
 
 
-@pytest.fixture
-def compiled_core():
-    from tpu_lab import device
-
-    if device.CORE.name != "compiled":
-        pytest.skip("pinned memory needs the compiled core's hooks (tpu-lab build-core)")
-
-
 def _data(n: int = 64):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, 10, generator=g)

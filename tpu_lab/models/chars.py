@@ -161,7 +161,6 @@ def chars_model(device: str = "tpu", path: str | Path | None = None):
             f"{len(tokenizer)} characters."
         )
     model = model.to(device).eval()
-    model.tie_weights()  # moving to the "tpu" device unties shared parameters
     return model, tokenizer
 
 

@@ -14,6 +14,8 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include <c10/util/SmallVector.h>
+
 #include <mutex>
 #include <unordered_map>
 
@@ -27,8 +29,12 @@ bool is_tpu(const at::Tensor& t) {
   return t.defined() && t.device().type() == kTpu;
 }
 
-// A tensor of `keys` on `storage` with the geometry and math bits of `like`.
+// A tensor of `keys` on `storage` with the geometry and math bits of `like` (and its
+// ZeroTensor key: autograd's efficient zeros have no bytes at all).
 at::Tensor on_storage(c10::Storage storage, c10::DispatchKeySet keys, const at::Tensor& like) {
+  if (like._is_zerotensor()) {
+    keys = keys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  }
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, like.dtype());
   t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
                                                   like.storage_offset());
@@ -268,11 +274,12 @@ class Unwrapped {
   bool cpu_indices_ok_;
   bool saw_tpu_ = false;
   bool saw_cpu_ = false;
-  std::vector<at::Tensor> originals_;
-  std::vector<at::Tensor> aliases_;
-  std::vector<at::Tensor> cpu_inputs_;
-  std::vector<std::pair<c10::Storage, c10::Storage>> storages_;  // (cpu, tpu)
-  std::vector<std::pair<c10::Storage, c10::Storage>> adopted_;   // (cpu result, tpu)
+  // small vectors: most ops take a few tensors, and a heap allocation costs as much as a view
+  c10::SmallVector<at::Tensor, 4> originals_;
+  c10::SmallVector<at::Tensor, 4> aliases_;
+  c10::SmallVector<at::Tensor, 2> cpu_inputs_;
+  c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> storages_;  // (cpu, tpu)
+  c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 2> adopted_;   // (cpu result, tpu)
 };
 
 // The device generator's state, lent to a CPU generator for one call and taken back after.
@@ -333,9 +340,12 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_of(op);
   const size_t nargs = op.schema().arguments().size();
   const size_t first = stack->size() - nargs;
-  std::vector<c10::IValue> originals(stack->begin() + first, stack->end());
   if (recording.load(std::memory_order_relaxed)) {
-    record_op(plan.name, originals);
+    record_op(plan.name, std::vector<c10::IValue>(stack->begin() + first, stack->end()));
+  }
+  c10::SmallVector<c10::IValue, 2> written;  // the "tpu" arguments the op writes to
+  for (size_t index : plan.written) {
+    written.push_back((*stack)[first + index]);
   }
   Unwrapped unwrapped(plan.cpu_indices_ok);
   for (size_t i = first; i < stack->size(); ++i) {
@@ -343,8 +353,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   unwrapped.check_devices();
   run_on_cpu(op, plan, stack, first);
-  for (size_t index : plan.written) {
-    unwrapped.reconcile(originals[index]);
+  for (const c10::IValue& value : written) {
+    unwrapped.reconcile(value);
   }
   const size_t nreturns = op.schema().returns().size();
   for (size_t i = stack->size() - nreturns; i < stack->size(); ++i) {
@@ -466,6 +476,41 @@ bool compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from
 
 void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
 
+std::optional<at::Tensor> cpu_view_of(const std::optional<at::Tensor>& t) {
+  if (t.has_value() && t->defined()) {
+    return cpu_view(*t);
+  }
+  return std::nullopt;
+}
+
+// PyTorch sends PrivateUse1 convolutions to the "overrideable" kernels: the CPU's convolution
+// on the same memory (it picks its own backend, as for CPU tensors).
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                       c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                       c10::IntArrayRef output_padding, int64_t groups) {
+  record("convolution_overrideable", {input, weight, bias, stride, padding, dilation});
+  return adopt(at::convolution(cpu_view(input), cpu_view(weight), cpu_view_of(bias), stride,
+                               padding, dilation, transposed, output_padding, groups));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
+  record("convolution_backward_overrideable", {grad_output, input, weight, stride, padding});
+  std::optional<std::vector<int64_t>> bias_sizes;
+  if (output_mask[2]) {
+    bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
+  }
+  auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+      cpu_view(grad_output), cpu_view(input), cpu_view(weight),
+      bias_sizes.has_value() ? std::optional<c10::IntArrayRef>(*bias_sizes) : std::nullopt,
+      stride, padding, dilation, transposed, output_padding, groups, output_mask);
+  auto back = [](const at::Tensor& t) { return t.defined() ? adopt(t) : t; };
+  return {back(grad_input), back(grad_weight), back(grad_bias)};
+}
+
 // A CPU tensor with t's metadata and no bytes (fake tensors while tracing have none either).
 at::Tensor metadata_twin(const at::Tensor& t) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
@@ -505,6 +550,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_has_compatible_shallow_copy_type", compatible_shallow_copy_type);
   m.impl("record_stream", record_stream);
+  m.impl("convolution_overrideable", convolution);
+  m.impl("convolution_backward_overrideable", convolution_backward);
 }
 
 // Cross-device and device-to-device copies take lazily conjugated or negated sources as they
@@ -527,9 +574,10 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }  // namespace
 
 int register_cpu_kernels() {
-  // An op with both a CPU kernel and a CompositeExplicitAutograd one (addr, the structured
-  // ops' out= wrappers...) would run the composite on "tpu", with other rounding than the
-  // CPU's: the boxed fallback is registered for it explicitly, so its CPU kernel runs.
+  // An op with both a CPU kernel and a composite one (addr and the structured ops' out=
+  // wrappers: CompositeExplicitAutograd; mish_backward: CompositeImplicitAutograd) would run
+  // the composite on "tpu", with other rounding than the CPU's: the boxed fallback is
+  // registered for it explicitly, so its CPU kernel runs, exactly as for CPU tensors.
   static auto* library = new torch::Library(torch::Library::IMPL, "aten",
                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   int count = 0;
@@ -543,7 +591,8 @@ int register_cpu_kernels() {
       continue;
     }
     if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
       continue;
     }
     std::string qualified = name.name.substr(6);
