@@ -111,6 +111,13 @@ def train_flux(parts, latents, captions, seconds, batch, lr, device, log, drop=0
     return emas, history, time.perf_counter() - start, step
 
 
+def untie(t5) -> None:
+    """T5 ties ``shared`` to ``encoder.embed_tokens``; ``model.to("tpu")`` makes them two copies
+    (PyTorch gives an out-of-tree device new parameters), of which the encoder trained the
+    second. Tie them again, to the trained one, so that ``from_pretrained`` finds them equal."""
+    t5.shared = t5.encoder.embed_tokens
+
+
 def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: int = shapes.STEPS,
               guidance: float = shapes.GUIDANCE) -> float:
     """The share of ``n`` random prompts (from ``seed``) that the saved pipeline honours."""
@@ -156,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name, ema in zip(("transformer", "text_encoder", "text_encoder_2"), emas, strict=True):
         parts[name] = ema.cpu()
+    untie(parts["text_encoder_2"])
     FluxPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
     scores = {}
     for guidance in (1.0, 2.0, 3.0):  # true_cfg_scale (1: none)

@@ -1,0 +1,132 @@
+"""One image from the embedded text-to-image model (the tiny FluxPipeline, 32x32, 20 steps): eager
+on the bundled "tpu" device against plain CPU PyTorch, the transformer compiled the announcement's
+way (``pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)``) against eager,
+and one denoising step of the transformer tensor-parallel over the 4-chip SPMD cluster
+(``TensorParallelConfig(tp_degree=4)``, float32) against TP=1 in this process.
+
+The compiled side is warmed up first (its compilation is timed apart); then the sides run
+interleaved, median of several repeats. Run: ``python benchmarks/bench_shapes.py`` (``--quick``:
+fewer repeats; ``--no-cluster``: skip the TP=4 figure). Host timings of a simulation, never TPU
+speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import tpu_lab  # noqa: F401  (installs the "tpu" device)
+from _record import record
+from tpu_lab.models import shapes
+
+PROMPT = "a large red circle in the top left on a black background"
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _run(pipe) -> None:
+    images = pipe(PROMPT, num_inference_steps=shapes.STEPS, output_type="pt",
+                  generator=torch.Generator().manual_seed(0), **shapes.CALL).images  # fmt: skip
+    images.cpu()  # wait for the device
+
+
+STEP = """
+import time, torch, torch.distributed as dist
+from diffusers import FluxTransformer2DModel, TensorParallelConfig
+from tpu_lab.models import shapes
+model = FluxTransformer2DModel.from_pretrained(shapes.FOLDER, subfolder="transformer",
+    parallel_config=TensorParallelConfig(tp_degree=4))
+g = torch.Generator().manual_seed(0)
+inputs = {inputs}
+inputs = {{k: v.to("tpu") for k, v in inputs.items()}}
+times = []
+with torch.no_grad():
+    for _ in range({repeats} + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        out = model(**inputs, return_dict=False)[0].cpu()
+        dist.barrier()
+        times.append(time.perf_counter() - start)
+if dist.get_rank() == 0:
+    torch.save(times[1:], {out!r})
+"""
+
+INPUTS = """dict(hidden_states=torch.randn(1, 256, 12, generator=g),
+    encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
+    pooled_projections=torch.randn(1, 64, generator=g), timestep=torch.tensor([0.5]),
+    img_ids=torch.zeros(256, 3), txt_ids=torch.zeros(16, 3))"""
+
+
+def _tp_step(repeats: int) -> tuple[float, float]:
+    """Median seconds of one transformer step (one 32x32 image): TP=4 on the cluster, TP=1 here."""
+    from tpu_lab.sharding import cluster as spmd
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = str(Path(folder) / "times.pt")
+        c = spmd.start("v6e-4")
+        try:
+            c.run_cell(STEP.format(inputs=INPUTS, repeats=repeats, out=out))
+            tp4 = statistics.median(torch.load(out))
+        finally:
+            spmd.stop()
+    from diffusers import FluxTransformer2DModel
+
+    model = FluxTransformer2DModel.from_pretrained(shapes.FOLDER, subfolder="transformer").to("tpu")
+    g = torch.Generator().manual_seed(0)
+    inputs = {k: v.to("tpu") for k, v in eval(INPUTS, {"torch": torch, "g": g}).items()}
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            times.append(_timed(lambda: model(**inputs, return_dict=False)[0].cpu()))
+    return tp4, statistics.median(times[1:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true", help="3 repeats instead of 7")
+    p.add_argument("--no-cluster", action="store_true", help="skip the TP=4 cluster figure")
+    args = p.parse_args(argv)
+    repeats = 3 if args.quick else 7
+    cpu = shapes.shapes_pipeline(device="cpu")
+    eager = shapes.shapes_pipeline()
+    transformer = copy.copy(eager.transformer)
+    transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+    compiled = type(eager)(**{**eager.components, "transformer": transformer})
+    for pipe in (cpu, eager, compiled):
+        pipe.set_progress_bar_config(disable=True)
+    lowering = os.environ.get("TPU_LAB_COMPILE_LOWERING", "inductor")
+    first = _timed(lambda: _run(compiled))
+    _run(eager), _run(cpu)
+    times = {"cpu": [], "eager": [], "compiled": []}
+    for _ in range(repeats):
+        times["cpu"].append(_timed(lambda: _run(cpu)))
+        times["eager"].append(_timed(lambda: _run(eager)))
+        times["compiled"].append(_timed(lambda: _run(compiled)))
+    median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    what = f"one 32x32 image, {shapes.STEPS} steps (tiny Flux)"
+    record("shapes", f"{what}, eager on tpu", median["eager"], "ms", baseline=median["cpu"])
+    record("shapes", f"{what}, transformer compiled (backend tpu)", median["compiled"], "ms",
+           baseline=median["eager"], baseline_label="eager on tpu",
+           note=f"lowering {lowering}")  # fmt: skip
+    record("shapes", "first compiled call (compiles the transformer)", first, "s")
+    if not args.no_cluster:
+        tp4, tp1 = _tp_step(repeats)
+        record("shapes", "one transformer step, TP=4 on the v6e-4 cluster", tp4 * 1e3, "ms",
+               baseline=tp1 * 1e3, baseline_label="TP=1 on tpu",
+               note="4 processes over gloo: collectives dominate a model this small")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""``tpu-lab demo image``: the text-to-image app (the embedded FluxPipeline) served on 127.0.0.1,
+called with gradio_client: prompt in, image, trajectory video and the judge's verdict out; in
+compiled mode one compile, then a recompile with its reason when the size changes."""
+
+from __future__ import annotations
+
+import pytest
+
+import tpu_lab  # noqa: F401  (the "tpu" device)
+
+pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[demo]'")
+pytest.importorskip("gradio_client", reason="gradio_client is missing: pip install 'tpu-lab[demo]'")
+av = pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[video]'")
+
+from gradio_client import Client  # noqa: E402
+from gradio_client.exceptions import AppError  # noqa: E402
+
+from _browser import served  # noqa: E402
+from tpu_lab.apps import image, prompt  # noqa: E402
+from tpu_lab.cli import main  # noqa: E402
+
+DEFAULTS = {"prompt": prompt.EXAMPLE, "size": 32, "steps": 6, "seed": 0, "guidance": 1,
+            "scale": 4, "mode": image.EAGER}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server():
+    with served(prompt) as blocks:
+        yield blocks
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server.local_url, verbose=False, download_files=True)
+
+
+def _call(client, **changes):
+    return client.predict(*{**DEFAULTS, **changes}.values(), api_name="/generate")
+
+
+def _frames(path) -> tuple[int, tuple[int, int]]:
+    path = path if isinstance(path, str) else path["video"]
+    with av.open(path) as container:
+        frames = list(container.decode(container.streams.video[0]))
+    return len(frames), (frames[0].width, frames[0].height)
+
+
+def test_prompt_in_image_video_and_verdict_out(client):
+    from PIL import Image
+
+    picture, video, verdict, html, report = _call(client, steps=5, scale=4)
+    with Image.open(picture) as im:
+        assert im.size == (32 * 4, 32 * 4)
+    count, size = _frames(video)
+    assert count == 5 and size[0] > 0  # one frame per step
+    assert verdict.startswith("The judge: ")
+    assert report["mode"] == "eager" and "Eager: op by op, nothing compiled." in html
+
+
+def test_compiled_mode_compiles_once_per_size_and_explains_the_recompile(client):
+    _, _, _, _, first = _call(client, mode=image.COMPILED)
+    assert [e["kind"] for e in first["events"]] == ["compile"]
+    _, _, _, _, again = _call(client, mode=image.COMPILED, seed=3)
+    assert again["events"] == []
+    _, _, _, html, resized = _call(client, mode=image.COMPILED, size=48)
+    assert [e["kind"] for e in resized["events"]] == ["recompile"]
+    summary = resized["events"][0]["summary"]
+    assert "changed from 256 to 576" in summary, summary  # 16x16 -> 24x24 tokens
+    assert "changed from 256 to 576" in html
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"prompt": "  "}, f"Prompt must be some words, e.g. {prompt.EXAMPLE!r}; got '  '."),
+        ({"steps": 0}, "Steps must be a whole number from 1 to 100; got 0."),
+        ({"guidance": 9}, "Value 9 is greater than maximum value 4.0."),  # Gradio's slider
+    ],
+)  # fmt: skip
+def test_bad_input_is_answered_with_the_message(client, changes, message):
+    with pytest.raises(AppError) as info:
+        _call(client, **changes)
+    assert str(info.value) == message
+
+
+def test_size_and_guidance_must_be_offered():
+    with pytest.raises(image.DemoInputError) as info:
+        prompt.check_prompt_request("a red circle", 40, 4, 0, 1, 4, image.EAGER)
+    assert str(info.value) == "Size must be one of 32, 48, 64; got 40."
+    with pytest.raises(image.DemoInputError) as info:
+        prompt.check_prompt_request("a red circle", 32, 4, 0, 9, 4, image.EAGER)
+    assert str(info.value) == "Guidance scale must be a number from 1 to 4; got 9."
+
+
+def test_the_verdict_names_what_is_missing():
+    import numpy as np
+
+    black = np.zeros((32, 32, 3), np.uint8)
+    assert prompt.judged(black, prompt.EXAMPLE) == "The judge: no red object."
+    assert prompt.judged(black, "a cat").startswith("The judge only reads captions")
+
+
+def test_cli_serves_prompts_as_the_image_demo(tmp_path, capsys):
+    assert main(["demo", "image", "--model", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tpu-lab demo image: ") and "no model_index.json" in err
