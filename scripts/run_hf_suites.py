@@ -1,0 +1,560 @@
+"""Run Hugging Face's own model tests on the CPU and on the bundled "tpu" device, and compare.
+
+    python scripts/run_hf_suites.py --diffusers PATH --transformers PATH [--core compiled|python]
+                                    [--only NAME ...] [--timeout S] [--jobs 2] [--out DIR]
+
+PATH is a checkout of the library's repository that is *not* part of this one (its test files
+are other people's code): ``--diffusers`` needs ``PATH/tests`` of a diffusers checkout,
+``--transformers`` a ``PATH/tests`` of transformers (the sdist of the installed version holds
+the common mixins; the model test files come from the repository). The suites also need the
+test-only package ``parameterized``; ``--pythonpath DIR`` adds a directory that holds it.
+
+Each suite of the selection below runs twice with pytest, in a fresh subprocess each, with the
+Hub offline (``HF_HUB_OFFLINE=1``): once with the suite's test device set to "cpu", once to
+"tpu". Nothing imports tpu_lab: PyTorch's device-backend autoload (the ``torch.backends`` entry
+point) makes "tpu" the bundled device at ``import torch``, exactly as TorchTPU loads. How each
+library is told the device:
+
+- diffusers: ``DIFFUSERS_TEST_DEVICE`` plus, for "tpu", ``DIFFUSERS_TEST_DEVICE_SPEC``: a spec
+  file (written by this script) mapping its backend functions (seed, device count, memory
+  statistics, empty cache) to ``torch.tpu`` / ``torch.accelerator``, as diffusers documents for
+  a device it does not know;
+- transformers: ``TRANSFORMERS_TEST_DEVICE`` (its testing_utils already map "tpu" to
+  ``torch.tpu.manual_seed`` and ``torch.accelerator.*``). Without it transformers would pick
+  "tpu" on its own once the device is registered, so the CPU run sets "cpu" explicitly.
+
+The results come from pytest's junit xml (a small plugin, this module loaded with ``-p``, also
+logs each outcome as it happens so that a run stopped by its timeout still counts). The table
+gives passed/failed/skipped per suite and device, then every test whose outcome differs, with
+the failure's first line or the skip's reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    files: tuple[str, ...]
+    k: str | None = None  # pytest -k expression, same on both devices
+    deselect: tuple[str, ...] = ()  # node ids (relative to the checkout) left out on both devices
+    why: str = ""  # what is left out and why
+
+
+#: Tests that load files from the Hugging Face Hub (tiny checkpoints, tokenizers, expected
+#: slices). The Hub is unreachable here; they are left out on both devices alike.
+_DIFFUSERS_HUB = None  # found at run time instead: see _needs_hub
+_TRANSFORMERS_HUB = None
+
+SELECTION: dict[str, list[Suite]] = {
+    "diffusers": [
+        Suite("UNet2D", ("tests/models/unets/test_models_unet_2d.py",), k=_DIFFUSERS_HUB),
+        Suite(
+            "UNet2DCondition",
+            ("tests/models/unets/test_models_unet_2d_condition.py",),
+            k=_DIFFUSERS_HUB,
+        ),
+        Suite(
+            "DiT",
+            (
+                "tests/models/transformers/test_models_dit_transformer2d.py",
+                "tests/pipelines/dit/test_dit.py",
+            ),
+            k=_DIFFUSERS_HUB,
+        ),
+        Suite(
+            "Flux", ("tests/models/transformers/test_models_transformer_flux.py",), k=_DIFFUSERS_HUB
+        ),
+        Suite(
+            "AutoencoderKL",
+            ("tests/models/autoencoders/test_models_autoencoder_kl.py",),
+            k=_DIFFUSERS_HUB,
+        ),
+        Suite(
+            "Wan",
+            (
+                "tests/models/transformers/test_models_transformer_wan.py",
+                "tests/models/autoencoders/test_models_autoencoder_wan.py",
+            ),
+            k=_DIFFUSERS_HUB,
+        ),
+        Suite("DDIM pipeline", ("tests/pipelines/ddim/test_ddim.py",), k=_DIFFUSERS_HUB),
+        Suite("DDPM pipeline", ("tests/pipelines/ddpm/test_ddpm.py",), k=_DIFFUSERS_HUB),
+        Suite("group offloading (hooks)", ("tests/hooks/test_group_offloading.py",)),
+    ],
+    "transformers": [
+        Suite("Llama", ("tests/models/llama/test_modeling_llama.py",), k=_TRANSFORMERS_HUB),
+        Suite("GPT-2", ("tests/models/gpt2/test_modeling_gpt2.py",), k=_TRANSFORMERS_HUB),
+        Suite("BERT", ("tests/models/bert/test_modeling_bert.py",), k=_TRANSFORMERS_HUB),
+        Suite("Qwen2", ("tests/models/qwen2/test_modeling_qwen2.py",), k=_TRANSFORMERS_HUB),
+        Suite("T5", ("tests/models/t5/test_modeling_t5.py",), k=_TRANSFORMERS_HUB),
+    ],
+}
+
+#: diffusers' device spec for "tpu" (DIFFUSERS_TEST_DEVICE_SPEC): the module must be importable
+#: by its file name from the working directory, so it is written there.
+_DIFFUSERS_SPEC = """\
+import torch
+
+DEVICE_NAME = "tpu"
+MANUAL_SEED_FN = torch.tpu.manual_seed
+DEVICE_COUNT_FN = torch.accelerator.device_count
+EMPTY_CACHE_FN = torch.accelerator.empty_cache
+RESET_PEAK_MEMORY_STATS_FN = torch.accelerator.reset_peak_memory_stats
+RESET_MAX_MEMORY_ALLOCATED_FN = torch.accelerator.reset_peak_memory_stats
+MAX_MEMORY_ALLOCATED_FN = torch.accelerator.max_memory_allocated
+SUPPORTS_TRAINING = True
+"""
+_SPEC_NAME = "tpu_lab_diffusers_device_spec.py"
+
+
+# --------------------------------------------------------------------------------------------
+# pytest plugin (this module, loaded in the child with `-p run_hf_suites`)
+
+
+def pytest_sessionstart(session):  # pragma: no cover - runs in the child
+    path = os.environ.get("HF_SUITES_LOG")
+    if not path:
+        return
+    import torch
+
+    info = {"event": "start", "accelerator": str(torch.accelerator.current_accelerator())}
+    if "tpu_lab" in sys.modules:
+        try:
+            from tpu_lab.device import core
+
+            choice = core.choose()
+            info["core"] = f"{choice.name} ({choice.reason})"
+        except Exception as exc:  # noqa: BLE001 - informative only
+            info["core"] = f"? ({exc})"
+    else:
+        info["core"] = "tpu_lab not loaded"
+    with open(path, "a") as f:
+        f.write(json.dumps(info) + "\n")
+
+
+#: Exceptions that mean "this test needs the Hugging Face Hub", which is offline here. Such a
+#: test is reported as skipped (on both devices alike) with the reason "needs the Hub".
+_HUB_ERRORS = (
+    "LocalEntryNotFoundError",
+    "OfflineModeIsEnabled",
+    "GatedRepoError",
+    "RepositoryNotFoundError",
+)
+_HUB_TEXT = ("huggingface.co", "offline mode", "HF_HUB_OFFLINE", "Hub is offline")
+
+
+def _needs_hub(excinfo) -> bool:
+    exc = excinfo.value
+    seen = 0
+    while exc is not None and seen < 8:
+        if type(exc).__name__ in _HUB_ERRORS or any(t in str(exc) for t in _HUB_TEXT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+try:  # the hook needs pytest, present in the child only
+    import pytest as _pytest
+
+    @_pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):  # pragma: no cover - runs in the child
+        outcome = yield
+        report = outcome.get_result()
+        if report.failed and call.excinfo is not None and _needs_hub(call.excinfo):
+            report.outcome = "skipped"
+            report.longrepr = (
+                str(item.path),
+                item.location[1] or 0,
+                "needs the Hugging Face Hub (offline here)",
+            )
+except ImportError:  # pragma: no cover
+    pass
+
+
+def pytest_collection_modifyitems(session, config, items):  # pragma: no cover - in the child
+    """``--per-class N``: keep the first N tests of each test class (collection order, the
+    same on both devices) plus every test whose name matches ``--always``."""
+    per_class = int(os.environ.get("HF_SUITES_PER_CLASS") or 0)
+    if per_class <= 0:
+        return
+    always = re.compile(os.environ.get("HF_SUITES_ALWAYS") or r"(?!)")
+    seen: dict[str, int] = {}
+    keep, drop = [], []
+    for item in items:
+        cls = item.nodeid.rsplit("::", 1)[0]
+        if always.search(item.name):
+            keep.append(item)
+        elif seen.get(cls, 0) < per_class:
+            seen[cls] = seen.get(cls, 0) + 1
+            keep.append(item)
+        else:
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_runtest_logreport(report):  # pragma: no cover - runs in the child
+    path = os.environ.get("HF_SUITES_LOG")
+    if not path:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        outcome = report.outcome
+        if hasattr(report, "wasxfail"):
+            outcome = "skipped"
+        elif report.when == "setup" and outcome == "failed":
+            outcome = "error"
+        msg = ""
+        if outcome == "skipped" and isinstance(report.longrepr, tuple):
+            msg = str(report.longrepr[2])
+        elif outcome in ("failed", "error"):
+            msg = _first_error_line(str(report.longrepr))
+        with open(path, "a") as f:
+            f.write(
+                json.dumps(
+                    {
+                        "id": report.nodeid,
+                        "outcome": outcome,
+                        "message": msg,
+                        "s": round(report.duration, 2),
+                    }
+                )
+                + "\n"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _first_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("E "):
+            return ln[2:].strip()[:300]
+    return (lines[-1] if lines else "")[:300]
+
+
+@dataclass
+class Run:
+    suite: str
+    device: str
+    results: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (outcome, message)
+    seconds: float = 0.0
+    timed_out: bool = False
+    returncode: int | None = None
+    core: str = ""
+    log: str = ""
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for o, _ in self.results.values() if o == outcome)
+
+
+def _parse_junit(path: Path) -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        module, _, cls = case.get("classname", "").rpartition(".")
+        test_id = f"{module.replace('.', '/')}.py::{cls}::{case.get('name')}"
+        outcome, msg = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed" if child.tag == "failure" else "error"
+                msg = _first_error_line(child.get("message") or child.text or "")
+            elif child.tag == "skipped":
+                outcome, msg = "skipped", (child.get("message") or "")[:300]
+        out[test_id] = (outcome, msg)
+    return out
+
+
+def run_one(
+    library: str, checkout: Path, suites: list[Suite], device: str, args, out_dir: Path
+) -> Run:
+    """One pytest process for every suite of a library on one device (start-up is paid once)."""
+    tag = f"{library}-{device}"
+    junit = out_dir / f"{tag}.xml"
+    log = out_dir / f"{tag}.jsonl"
+    stdout = out_dir / f"{tag}.log"
+    for p in (junit, log):
+        p.unlink(missing_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="hf-suite-", dir=out_dir))
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_SUITES_LOG=str(log),
+        PYTHONPATH=os.pathsep.join(
+            [str(HERE), *args.pythonpath, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+        ),
+        TPU_LAB_CORE=args.core,
+        HF_SUITES_PER_CLASS=str(args.per_class),
+        HF_SUITES_ALWAYS=args.always,
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    if library == "diffusers":
+        env["DIFFUSERS_TEST_DEVICE"] = device
+        env.pop("DIFFUSERS_TEST_DEVICE_SPEC", None)
+        if device == "tpu":
+            (work / _SPEC_NAME).write_text(_DIFFUSERS_SPEC)
+            env["DIFFUSERS_TEST_DEVICE_SPEC"] = _SPEC_NAME
+    else:
+        env["TRANSFORMERS_TEST_DEVICE"] = device
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *[str(checkout / f) for suite in suites for f in suite.files],
+        "--rootdir",
+        str(checkout),
+        "-p",
+        "run_hf_suites",
+        "-p",
+        "no:cacheprovider",
+        "--continue-on-collection-errors",
+        "-q",
+        "--no-header",
+        "-rN",
+        "--tb=short",
+        f"--junitxml={junit}",
+        "-o",
+        "junit_family=xunit1",
+    ]
+    k = " and ".join(f"({e})" for e in (*{s.k for s in suites}, args.k) if e)
+    if k:
+        cmd += ["-k", k]
+    for d in (d for s in suites for d in s.deselect):
+        cmd += ["--deselect", str(checkout / d)]
+    run = Run(library, device, log=str(stdout))
+    t0 = time.monotonic()
+    with open(stdout, "w") as fh:
+        try:
+            proc = subprocess.run(
+                cmd, cwd=work, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=args.timeout
+            )
+            run.returncode = proc.returncode
+        except subprocess.TimeoutExpired:
+            run.timed_out = True
+    run.seconds = time.monotonic() - t0
+    if junit.exists() and not run.timed_out:
+        run.results = _parse_junit(junit)
+    if log.exists():
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("event") == "start":
+                run.core = rec.get("core", "")
+            elif not junit.exists() or run.timed_out:
+                run.results[rec["id"]] = (rec["outcome"], rec["message"])
+    return run
+
+
+def compare(cpu: Run, tpu: Run) -> list[tuple[str, str, str, str]]:
+    diffs = []
+    for test_id in sorted(set(cpu.results) | set(tpu.results)):
+        c = cpu.results.get(test_id, ("not run", ""))
+        t = tpu.results.get(test_id, ("not run", ""))
+        if c[0] != t[0]:
+            msg = (
+                t[1] if t[0] in ("failed", "error") else c[1] if c[0] == "skipped" else t[1] or c[1]
+            )
+            diffs.append((test_id, c[0], t[0], msg))
+    return diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--diffusers", type=Path, help="a diffusers checkout (its tests/ folder is used)"
+    )
+    ap.add_argument(
+        "--transformers", type=Path, help="a transformers checkout (its tests/ folder is used)"
+    )
+    ap.add_argument(
+        "--core", choices=("compiled", "python", "auto"), default="auto", help="TPU_LAB_CORE"
+    )
+    ap.add_argument("--only", nargs="*", default=[], help="suite names to run (default: all)")
+    ap.add_argument("--devices", nargs="*", default=["cpu", "tpu"])
+    ap.add_argument("-k", default=None, help="an extra -k expression for every suite")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per suite and device")
+    ap.add_argument("--jobs", type=int, default=1, help="suite runs at once (each is one process)")
+    ap.add_argument(
+        "--pythonpath", action="append", default=[], help="extra import path (parameterized)"
+    )
+    ap.add_argument("--list-hub", action="store_true", help="list the tests skipped for the Hub")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="where logs, junit xml and results.json go"
+    )
+    ap.add_argument(
+        "--per-class", type=int, default=0, help="run the first N tests of each test class (0: all)"
+    )
+    ap.add_argument(
+        "--always",
+        default="offload",
+        help="regex: tests kept whatever --per-class (default: offload)",
+    )
+    ap.add_argument(
+        "--report", nargs="+", type=Path, help="print the table of saved results.json files"
+    )
+    args = ap.parse_args(argv)
+    if args.report:
+        render([e for f in args.report for e in json.loads(f.read_text())], list_hub=args.list_hub)
+        return 0
+    checkouts = {"diffusers": args.diffusers, "transformers": args.transformers}
+    if not any(checkouts.values()):
+        ap.error("give --diffusers PATH and/or --transformers PATH")
+    for lib, path in checkouts.items():
+        if path is not None and not (path / "tests").is_dir():
+            ap.error(f"--{lib} {path}: no tests/ folder there")
+    out_dir = (args.out or Path(tempfile.mkdtemp(prefix="hf-suites-"))).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    jobs = []
+    for lib, path in checkouts.items():
+        if path is None:
+            continue
+        suites = [s for s in SELECTION[lib] if not args.only or s.name in args.only]
+        for device in args.devices:
+            jobs.append((lib, path.resolve(), suites, device))
+    print(f"{len(jobs)} runs; logs in {out_dir}", flush=True)
+
+    def work(job):
+        lib, path, suites, device = job
+        r = run_one(lib, path, suites, device, args, out_dir)
+        state = "TIMEOUT" if r.timed_out else f"rc={r.returncode}"
+        print(
+            f"  {lib:12s} {device:4s} {state:8s} {r.seconds:6.0f}s  passed {r.count('passed')} "
+            f"failed {r.count('failed') + r.count('error')} skipped {r.count('skipped')}"
+            f"  core: {r.core}",
+            flush=True,
+        )
+        return job, r
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = list(pool.map(work, jobs))
+    runs = {(lib, device): r for (lib, _, _, device), r in done}
+
+    def part(r: Run | None, suite: Suite) -> Run | None:
+        if r is None:
+            return None
+        sub = Run(suite.name, r.device, timed_out=r.timed_out, core=r.core)
+        sub.results = {i: v for i, v in r.results.items() if i.split("::")[0] in suite.files}
+        return sub
+
+    def common(cpu: Run | None, tpu: Run | None) -> None:
+        # a run stopped by its timeout: compare the tests both devices reached
+        if cpu and tpu and (cpu.timed_out or tpu.timed_out):
+            both = set(cpu.results) & set(tpu.results)
+            for r in (cpu, tpu):
+                r.results = {i: v for i, v in r.results.items() if i in both}
+
+    report = []
+    for lib, path in checkouts.items():
+        if path is None:
+            continue
+        for suite in SELECTION[lib]:
+            if args.only and suite.name not in args.only:
+                continue
+            cpu, tpu = part(runs.get((lib, "cpu")), suite), part(runs.get((lib, "tpu")), suite)
+            common(cpu, tpu)
+            report.append(
+                {
+                    "library": lib,
+                    "suite": suite.name,
+                    "runs": {
+                        d: {"results": r.results, "timed_out": r.timed_out, "core": r.core}
+                        for d, r in (("cpu", cpu), ("tpu", tpu))
+                        if r is not None
+                    },
+                }
+            )
+    (out_dir / "results.json").write_text(json.dumps(report, indent=1))
+    render(report, list_hub=args.list_hub)
+    print(f"\nresults: {out_dir / 'results.json'}")
+    return 0
+
+
+#: A CPU skip with one of these reasons is the suite's own "needs an accelerator" marker.
+_ACCELERATOR_ONLY = re.compile(r"accelerator|GPU|CUDA|cuda|requires_accelerator", re.I)
+
+
+def render(report: list[dict], list_hub: bool = False) -> None:
+    """Print the table and every difference (from run() or from saved results.json files)."""
+
+    def load(entry: dict, device: str) -> Run | None:
+        raw = entry["runs"].get(device)
+        if raw is None:
+            return None
+        r = Run(entry["suite"], device, timed_out=raw["timed_out"], core=raw.get("core", ""))
+        r.results = {i: tuple(v) for i, v in raw["results"].items()}
+        return r
+
+    def counts(r: Run | None) -> str:
+        if r is None:
+            return "-"
+        s = f"{r.count('passed')}/{r.count('failed') + r.count('error')}/{r.count('skipped')}"
+        return s + (" (timeout)" if r.timed_out else "")
+
+    cores = sorted({e["runs"]["tpu"]["core"] for e in report if "tpu" in e["runs"]})
+    print("\ntpu core: " + "; ".join(cores))
+    print(
+        "\n| library | suite | CPU passed/failed/skipped | tpu passed/failed/skipped "
+        "| accelerator-only on tpu (passed/failed) | other differences | skipped: needs the Hub |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    accel, other, hub = [], [], []
+    for e in report:
+        cpu, tpu = load(e, "cpu"), load(e, "tpu")
+        diffs = compare(cpu, tpu) if cpu and tpu else []
+        acc = [
+            d for d in diffs if d[1] == "skipped" and _ACCELERATOR_ONLY.search(cpu.results[d[0]][1])
+        ]
+        rest = [d for d in diffs if d not in acc]
+        needs_hub = sorted(
+            {
+                i
+                for r in (cpu, tpu)
+                if r
+                for i, (o, m) in r.results.items()
+                if o == "skipped" and "Hub" in m
+            }
+        )
+        accel += [(e["suite"], *d) for d in acc]
+        other += [(e["suite"], *d) for d in rest]
+        hub += needs_hub
+        acc_pass = sum(1 for d in acc if d[2] == "passed")
+        print(
+            f"| {e['library']} | {e['suite']} | {counts(cpu)} | {counts(tpu)} "
+            f"| {acc_pass}/{len(acc) - acc_pass} | {len(rest)} | {len(needs_hub)} |"
+        )
+    if other:
+        print("\nOther differences (CPU -> tpu):")
+        for name, test_id, c, t, msg in other:
+            print(f"  [{name}] {test_id}: {c} -> {t}" + (f"  -- {msg}" if msg else ""))
+    if accel:
+        print("\nAccelerator-only tests (the suite skips them on CPU), outcome on tpu:")
+        for name, test_id, _c, t, msg in accel:
+            print(f"  [{name}] {test_id}: {t}" + (f"  -- {msg}" if t != "passed" and msg else ""))
+    if list_hub and hub:
+        print("\nSkipped on both devices, need the Hugging Face Hub (offline here):")
+        for i in hub:
+            print("  " + i)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
