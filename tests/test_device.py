@@ -281,3 +281,42 @@ def test_a_binding_runs_without_defaults_only_where_its_defaults_are_the_schemas
     for _ in range(3):
         loss = torch.ops.aten.binary_cross_entropy_with_logits(xt, yt)
         assert torch.equal(loss.cpu(), torch.ops.aten.binary_cross_entropy_with_logits(x, y))
+
+
+def test_out_dtype_matmuls_accumulate_in_float32():
+    """TorchTPU's ``out_dtype`` matmuls (``aten::bmm.dtype``, ``aten::mm.dtype``): bfloat16
+    inputs, float32 accumulation and result (the CPU has no kernel for them)."""
+    a, b = torch.randn(2, 3, 8, dtype=torch.bfloat16), torch.randn(2, 8, 5, dtype=torch.bfloat16)
+    out = torch.bmm(a.tpu(), b.tpu(), out_dtype=torch.float32)
+    assert out.dtype == torch.float32
+    assert torch.equal(out.cpu(), torch.bmm(a.float(), b.float()))
+    assert torch.equal(torch.mm(a[0].tpu(), b[0].tpu(), out_dtype=torch.float32).cpu(),
+                       a[0].float() @ b[0].float())  # fmt: skip
+    with pytest.raises(RuntimeError, match="out_dtype must be the input's dtype"):
+        torch.bmm(a.float().tpu(), b.float().tpu(), out_dtype=torch.bfloat16)
+
+
+@pytest.mark.usefixtures("compiled_core")
+def test_a_compiled_training_step_matches_eager(fresh_dynamo):
+    """(The pure-Python core cannot: Dynamo resumes tracing inside its Python kernels after the
+    graph breaks of an optimizer step.)"""
+    def losses(step_fn):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 4).tpu()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(3, 8).tpu()
+
+        def step():
+            loss = model(x).square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            return loss
+
+        run = step_fn(step)
+        return [run().item() for _ in range(3)]
+
+    eager = losses(lambda f: f)
+    compiled = losses(lambda f: torch.compile(f, backend="tpu"))
+    assert compiled == pytest.approx(eager, rel=1e-6)
+    assert compiled[2] < compiled[0]

@@ -121,6 +121,24 @@ def _kernel(qualname: str):
     return kernel
 
 
+def _out_dtype(matmul):
+    """TorchTPU's ``out_dtype`` matmuls (``aten::bmm.dtype``, ``aten::mm.dtype``; no CPU kernel
+    exists): bfloat16 or float16 inputs, a float32 accumulator and result."""
+
+    def kernel(self, mat2, out_dtype):
+        if not (
+            out_dtype == self.dtype
+            or (out_dtype == torch.float32 and self.dtype in (torch.bfloat16, torch.float16))
+        ):
+            raise RuntimeError(
+                "out_dtype must be the input's dtype, or float32 for bfloat16 and float16 "
+                f"inputs; got inputs of {self.dtype} and out_dtype {out_dtype}"
+            )
+        return matmul(self.to(out_dtype), mat2.to(out_dtype))
+
+    return kernel
+
+
 def _composites() -> list[str]:
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     names = []
@@ -143,6 +161,8 @@ def _composites() -> list[str]:
 
 
 def register(lib: torch.library.Library) -> int:
+    lib.m.impl("mm.dtype", "PrivateUse1", _out_dtype(torch.mm), False)
+    lib.m.impl("bmm.dtype", "PrivateUse1", _out_dtype(torch.bmm), False)
     names = _composites()
     for name in names:
         lib.m.impl(name, "AutogradPrivateUse1", _kernel(name), False)

@@ -511,6 +511,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   return {back(grad_input), back(grad_weight), back(grad_bias)};
 }
 
+// TorchTPU's out_dtype matmuls (no CPU kernel exists): bfloat16 or float16 inputs, a float32
+// accumulator and result, as the MXU computes them (their products are exact in float32).
+at::ScalarType accumulator(const at::Tensor& self, at::ScalarType out_dtype) {
+  const at::ScalarType in = self.scalar_type();
+  TORCH_CHECK(out_dtype == in || (out_dtype == at::kFloat && (in == at::kBFloat16 || in == at::kHalf)),
+              "out_dtype must be the input's dtype, or float32 for bfloat16 and float16 inputs; "
+              "got inputs of ", in, " and out_dtype ", out_dtype);
+  return out_dtype;
+}
+
+at::Tensor mm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarType out_dtype) {
+  record("mm.dtype", {self, mat2, out_dtype});
+  const at::ScalarType acc = accumulator(self, out_dtype);
+  return adopt(at::mm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
+}
+
+at::Tensor bmm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarType out_dtype) {
+  record("bmm.dtype", {self, mat2, out_dtype});
+  const at::ScalarType acc = accumulator(self, out_dtype);
+  return adopt(at::bmm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
+}
+
 // A CPU tensor with t's metadata and no bytes (fake tensors while tracing have none either).
 at::Tensor metadata_twin(const at::Tensor& t) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
@@ -551,6 +573,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", compatible_shallow_copy_type);
   m.impl("record_stream", record_stream);
   m.impl("convolution_overrideable", convolution);
+  m.impl("mm.dtype", mm_dtype);
+  m.impl("bmm.dtype", bmm_dtype);
   m.impl("convolution_backward_overrideable", convolution_backward);
 }
 
