@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         images = pipe(
             class_labels=labels,
             num_inference_steps=STEPS,
+            guidance_scale=1.0,  # unguided, as in the figures before guidance defaulted to 1.5
             generator=torch.Generator().manual_seed(0),
             output_type="pt",
         ).images

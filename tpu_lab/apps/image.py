@@ -1,4 +1,4 @@
-"""``tpu-lab demo image``: draw digits with the embedded diffusion model on the "tpu" device.
+"""``tpu-lab demo digits``: draw digits with the embedded diffusion model on the "tpu" device.
 
 A Gradio Blocks app. Inputs: the digit, how many to draw (the batch: changing it changes the
 shape the UNet sees, so a compiled UNet recompiles, and the panel says why), denoising steps,
@@ -31,7 +31,9 @@ MODES = (EAGER, FUSED, COMPILED)
 MAX_COUNT = 16
 MAX_STEPS = 200
 MAX_SCALE = 32
-MAX_GUIDANCE = 10.0
+#: The digits model's guidance range: above 2 its samples turn to speckle (measured: see
+#: tpu_lab.models.digits).
+MAX_GUIDANCE = 2.0
 MAX_SEED = 2**32 - 1
 #: Frames per second of the trajectory video.
 FPS = 8
@@ -317,8 +319,8 @@ class ImageDemo:
                     count = gr.Number(4, label=f"Images (1-{MAX_COUNT}, the batch)")
                     steps = gr.Number(32, label=f"Steps (1-{MAX_STEPS})")
                     seed = gr.Number(0, label="Seed")
-                    guidance = gr.Slider(1, MAX_GUIDANCE, value=1, step=0.5,
-                                         label="Guidance scale (1 = none)")
+                    guidance = gr.Slider(1, MAX_GUIDANCE, value=_default_guidance(self.pipe),
+                                         step=0.25, label="Guidance scale (1 = none)")
                     scale = gr.Slider(1, MAX_SCALE, value=16, step=1, label="Display scale")
                     mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
@@ -342,6 +344,13 @@ class ImageDemo:
             )
         demo.queue(default_concurrency_limit=1)
         return demo
+
+
+def _default_guidance(pipe) -> float:
+    """The pipeline's own default ``guidance_scale`` (1 when it has none), within the slider."""
+    param = inspect.signature(pipe.__call__).parameters.get("guidance_scale")
+    value = param.default if param is not None else 1.0
+    return min(max(float(value), 1.0), MAX_GUIDANCE) if isinstance(value, (int, float)) else 1.0
 
 
 def _device_line() -> str:

@@ -8,7 +8,16 @@ digits (1,797 images of 8x8 pixels, 16 grey levels, shipped with scikit-learn) a
 normal diffusers path, offline.
 
 Images are 8x8, one channel, in [-1, 1] while denoising (the "latents": this model has no VAE,
-so latents are pixels). Class 10 is the "no class" label used for classifier-free guidance.
+so latents are pixels). Class 10 is the "no class" label used for classifier-free guidance (the
+model was trained with 10% of its labels replaced by it).
+
+Guidance, measured (100 samples, 10 per class, 32 DDIM steps, seeds 0 and 1; the share that an
+SVM trained on the real digits puts in the requested class): 0.98/0.97 at guidance 1,
+0.99/0.99 at 1.5, 0.78/0.86 at 2, 0.22/0.24 at 3, 0.03/0.04 at 5. Past 1.5 the difference
+between the conditional and unconditional noise predictions, which guidance amplifies, is mostly
+the unconditional model's error on 8x8 pixels: speckle that reads as no digit (clipping the
+predicted image to [-1, 1] does not help: 0.22 at 3). So the default is
+:data:`DEFAULT_GUIDANCE` (1.5) and the demo's slider stops at :data:`MAX_GUIDANCE` (2).
 """
 
 from __future__ import annotations
@@ -35,6 +44,9 @@ FOLDER = Path(__file__).with_name("digits")
 CLASSES = tuple(range(10))
 #: The label meaning "any digit" (the unconditional half of classifier-free guidance).
 NULL_CLASS = 10
+#: The guidance scale that helps most (see the measurements above) and the largest that works.
+DEFAULT_GUIDANCE = 1.5
+MAX_GUIDANCE = 2.0
 #: Pixels per side of the generated images (the dataset's own resolution).
 SIZE = 8
 #: The UNet of the shipped model (about 650k parameters, 2.6 MB of float32).
@@ -65,8 +77,10 @@ class DigitsPipeline(DiffusionPipeline):
     in the dataset): PIL images (``output_type="pil"``), a float array ``(B, 8, 8, 1)``
     in [0, 1] (``"np"``) or a tensor ``(B, 1, 8, 8)`` in [0, 1] on the pipeline's device
     (``"pt"``). ``guidance_scale`` > 1 turns on classifier-free guidance (the UNet then
-    runs on twice the batch). ``callback_on_step_end(pipe, step, timestep, kwargs)``
-    gets ``{"latents": x}`` (pixels in [-1, 1]) after every step and may replace it.
+    runs on twice the batch); the default, 1.5, draws the requested digit most often, 1.0
+    turns it off, and above 2 samples turn to speckle.
+    ``callback_on_step_end(pipe, step, timestep, kwargs)`` gets ``{"latents": x}`` (pixels in
+    [-1, 1]) after every step and may replace it.
     """
 
     model_cpu_offload_seq = "unet"
@@ -81,7 +95,7 @@ class DigitsPipeline(DiffusionPipeline):
         self,
         class_labels: int | Sequence[int],
         num_inference_steps: int = 32,
-        guidance_scale: float = 1.0,
+        guidance_scale: float = DEFAULT_GUIDANCE,
         generator: torch.Generator | list[torch.Generator] | None = None,
         latents: torch.Tensor | None = None,
         output_type: str = "pil",
