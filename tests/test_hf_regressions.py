@@ -30,13 +30,10 @@ def _blocks(seed: int = 0) -> torch.nn.Module:
     return Blocks()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="torch.tpu.Stream is not a torch.Stream (TorchTPU's TpuStream subclasses torch.Stream), "
-    "so Tensor.record_stream(torch.tpu.Stream()) raises 'unknown parameter type'; Diffusers' "
-    "group offloading with record_stream=True hits it",
-)
+@pytest.mark.usefixtures("compiled_core")
 def test_tpu_stream_is_a_torch_stream_and_record_stream_accepts_it():
+    """TorchTPU's TpuStream subclasses torch.Stream: Tensor.record_stream(torch.tpu.Stream())
+    works (Diffusers' group offloading with record_stream=True calls it)."""
     stream = torch.tpu.Stream()
     assert isinstance(stream, torch.Stream)
     torch.ones(2, device="tpu").record_stream(stream)

@@ -58,6 +58,31 @@ class Stream:
         return "<torch.tpu.TpuStream>"
 
 
+class TpuStream(torch.Stream):
+    """``torch.tpu.Stream`` with the compiled core: a ``torch.Stream`` of the device's guard, as
+    TorchTPU's ``TpuStream`` is (so ``Tensor.record_stream`` and ``torch.Stream`` APIs accept
+    it); the device is synchronous, so it is always idle."""
+
+    def __new__(cls, device=None, priority: int = 0):
+        device = torch.device("tpu", 0) if device is None else _device(device)
+        return super().__new__(cls, device=device, priority=priority)
+
+    query = Stream.query
+    priority_range = Stream.priority_range
+    synchronize = Stream.synchronize
+    wait_stream = Stream.wait_stream
+    wait_event = Stream.wait_event
+    record_event = Stream.record_event
+    __repr__ = Stream.__repr__
+
+
+def stream_class() -> type:
+    """``torch.tpu.Stream``: a ``torch.Stream`` where the compiled core's guard provides them."""
+    from . import bridge
+
+    return TpuStream if bridge.native() is not None else Stream
+
+
 class Event:
     """A marker in a stream; records host time because the device is synchronous."""
 
@@ -74,7 +99,7 @@ class Event:
         self._time: float | None = None
 
     def record(self, stream: Stream | None = None) -> Event:
-        if stream is not None and not isinstance(stream, Stream):
+        if stream is not None and not isinstance(stream, (Stream, torch.Stream)):
             raise TypeError(f"expected torch.Stream, but got {type(stream).__name__}")
         self._time = time.perf_counter()
         return self
@@ -116,7 +141,7 @@ _local = threading.local()
 
 @functools.cache
 def default_stream(device=None) -> Stream:
-    return Stream()
+    return stream_class()()
 
 
 def current_stream(device=None) -> Stream:

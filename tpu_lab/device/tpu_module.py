@@ -405,7 +405,7 @@ def build() -> _TpuModule:
     module.Precision = modes.Precision
     module.set_eager_mode = modes.set_eager_mode
     module.precision = modes.precision
-    module.Stream = streams.Stream
+    module.Stream = streams.stream_class()
     module.Event = streams.Event
     module.stream = streams.stream
     module.set_stream = _internal("torch.accelerator.set_stream")(streams.set_stream)
