@@ -1,9 +1,12 @@
 """What Hugging Face's own test suites found on the bundled device (scripts/run_hf_suites.py).
 
-Each device bug they exposed is reduced here to a few lines of torch and marked
-``xfail(strict=True)`` with the reason, so it turns into a failure (remove the mark) the day it is
-fixed. The other tests pin down the differences that are *not* device bugs: the bundled device
-behaves there as TorchTPU does, and the suites' outcome follows from that.
+A device bug they exposed is reduced here to a few lines of torch, first as
+``xfail(strict=True)`` with the reason, then as a plain test once fixed: ``torch.tpu.Stream``
+was not a ``torch.Stream``, so ``Tensor.record_stream`` refused it (Diffusers' group offloading
+with ``record_stream=True``). Streams and ``record_stream`` need the compiled core (the
+pure-Python core has neither pinned memory nor a ``record_stream`` kernel). The other tests pin
+down the differences that are *not* device bugs: the bundled device behaves there as TorchTPU
+does, and the suites' outcome follows from that.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def test_tpu_stream_is_a_torch_stream_and_record_stream_accepts_it():
     torch.ones(2, device="tpu").record_stream(torch.tpu.default_stream())
 
 
-def test_record_stream_with_the_accelerator_stream_works():
+def test_record_stream_with_the_accelerator_stream_works(compiled_core):
     torch.ones(2, device="tpu").record_stream(torch.accelerator.current_stream())
 
 
@@ -60,7 +63,9 @@ def test_diffusers_group_offloading_without_streams_is_bitwise_the_cpu():
         assert torch.equal(model(x.to("tpu")).cpu(), reference)
 
 
-def test_diffusers_group_offloading_with_streams_needs_torchtpus_legacy_apis(monkeypatch):
+def test_diffusers_group_offloading_with_streams_needs_torchtpus_legacy_apis(
+    monkeypatch, compiled_core
+):
     """Diffusers' streamed group offloading calls ``torch.tpu.current_stream()``, which TorchTPU
     (on torch >= 2.11) reserves to PyTorch itself: the same error here as on a TPU VM, and the
     same way out, ``TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS=1``. (Diffusers' own Memory tests
@@ -76,7 +81,7 @@ def test_diffusers_group_offloading_with_streams_needs_torchtpus_legacy_apis(mon
     assert torch.equal(out.cpu(), reference)
 
 
-def _offloaded_with_streams() -> torch.nn.Module:
+def _offloaded_with_streams(**kwargs) -> torch.nn.Module:
     from diffusers.hooks import apply_group_offloading
 
     model = _blocks()
@@ -84,11 +89,23 @@ def _offloaded_with_streams() -> torch.nn.Module:
         model,
         onload_device=torch.device("tpu"),
         offload_device=torch.device("cpu"),
-        offload_type="block_level",
-        num_blocks_per_group=1,
         use_stream=True,
+        **(kwargs or dict(offload_type="block_level", num_blocks_per_group=1)),
     )
     return model
+
+
+def test_diffusers_group_offloading_with_record_stream(monkeypatch, compiled_core):
+    """Diffusers' own ``test_group_offloading[True]`` and ``..._with_layerwise_casting[*-True]``
+    failed here, behind the legacy-API error, with "unknown parameter type"."""
+    x = torch.randn(2, 8)
+    reference = _blocks()(x)
+    monkeypatch.setenv("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = _offloaded_with_streams(offload_type="leaf_level", record_stream=True)
+        out = model(x.to("tpu"))
+    assert torch.equal(out.cpu(), reference)
 
 
 def test_safetensors_refuses_the_tpu_device_name_as_on_torchtpu(tmp_path):
