@@ -320,3 +320,17 @@ def test_a_compiled_training_step_matches_eager(fresh_dynamo):
     compiled = losses(lambda f: torch.compile(f, backend="tpu"))
     assert compiled == pytest.approx(eager, rel=1e-6)
     assert compiled[2] < compiled[0]
+
+
+def test_compiled_attention_traces_like_the_cpu(fresh_dynamo):
+    """While tracing (fake tensors), SDPA asks the CPU's kernel choice about twins of the
+    inputs: the fake-tensor mode must not see them."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
+
+    def attend(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    compiled = torch.compile(attend, backend="tpu", fullgraph=True)
+    out = compiled(q.tpu(), k.tpu(), v.tpu())
+    torch.testing.assert_close(out.cpu(), attend(q, k, v), rtol=1e-5, atol=1e-6)

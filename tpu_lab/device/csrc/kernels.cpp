@@ -8,6 +8,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
@@ -553,8 +554,10 @@ int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Ten
   if (attn_mask.has_value() && attn_mask->defined()) {
     mask = metadata_twin(*attn_mask);
   }
-  return at::_fused_sdp_choice(metadata_twin(query), metadata_twin(key), metadata_twin(value),
-                               mask, dropout_p, is_causal, scale, enable_gqa);
+  // straight to the CPU kernel: while tracing, a fake-tensor mode must not see the twins
+  return at::_ops::_fused_sdp_choice::redispatch(
+      kCpuKeys, metadata_twin(query), metadata_twin(key), metadata_twin(value), mask, dropout_p,
+      is_causal, scale, enable_gqa);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
