@@ -68,7 +68,7 @@ def status() -> tuple[bool, str]:
         return False, f"not built for torch {torch.__version__} (run: tpu-lab build-core)"
     if not _stamp().exists() or _stamp().read_text().strip() != _fingerprint():
         return False, "built from older sources (run: tpu-lab build-core)"
-    return True, f"built in {build_dir()}"
+    return True, f"built for torch {torch.__version__}"
 
 
 _BUILD_SCRIPT = """
