@@ -1,9 +1,12 @@
 """The bundled device: a simulated "tpu" PyTorch device that executes on the CPU.
 
-Organised like PyTorch's reference out-of-tree backend (OpenReg): :mod:`.driver` owns the
-chip's memory and state, :mod:`.kernels` registers the ATen kernels, :mod:`.tpu_module` is
-``torch.tpu``, :mod:`.storage` makes serialization work, :mod:`.compile_backend` is
-``torch.compile(backend="tpu")``.
+Organised like PyTorch's reference out-of-tree backend (OpenReg): a compiled core (``csrc/``:
+allocator, hooks, guard, generator, view kernels and a boxed CPU fallback; :mod:`.core` builds
+and loads it) that PyTorch sees as a real backend, and Python for policy: :mod:`.bridge` (what
+the policy needs from either core), :mod:`.driver` (the chip), :mod:`.tpu_module`
+(``torch.tpu``), :mod:`.fuse` and :mod:`.modes` (eager modes), :mod:`.compile_backend`
+(``torch.compile(backend="tpu")``). Where the compiled core is not built, the pure-Python
+kernels (:mod:`.kernels` and the modules :mod:`.patches` lists) stand in.
 """
 
 from __future__ import annotations
