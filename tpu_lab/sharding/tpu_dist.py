@@ -185,6 +185,19 @@ def _register_functional_kernels() -> None:
     _libraries.append(lib)
 
 
+_WAIT = torch.ops._c10d_functional.wait_tensor.default
+
+
+def _waited(out):
+    """The functional collective's results once it has finished (a wait on a "tpu" tensor
+    later would not find the collective, which was registered under the CPU result)."""
+    if isinstance(out, torch.Tensor):
+        return _WAIT(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_waited(y) for y in out)
+    return out
+
+
 def _collective_kernel(op):
     from ..device.bridge import wrap
 
@@ -211,6 +224,8 @@ def _collective_kernel(op):
             return x
 
         out = op(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()})
+        if op is not _WAIT:  # finished before its bytes become a "tpu" tensor's
+            out = _waited(out)
         return back(out, originals)
 
     return kernel
