@@ -148,7 +148,9 @@ def payload(x: _Tensor) -> _Tensor:
 def _mixed_devices() -> RuntimeError:
     return RuntimeError(
         "Expected all tensors to be on the same device, but found at least two devices, "
-        "tpu:0 and cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu())."
+        "tpu:0 and cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu()). "
+        "(With the Hugging Face Trainer, accelerate left the model on the CPU: set "
+        "ACCELERATE_TORCH_DEVICE=tpu.)"
     )
 
 
