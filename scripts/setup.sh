@@ -27,10 +27,12 @@ then
     torch_args+=(--extra-index-url "$cpu_index")
 fi
 "${pip[@]}" install --quiet "${torch_args[@]}"
-"${pip[@]}" install --quiet -e ".[${extras}]"
-# The bundled device's compiled core (C++, about a minute with g++); where it cannot be built
-# the pure-Python core runs instead and `tpu-lab doctor` says why.
-if ! "$venv/bin/tpu-lab" build-core; then
+# Without build isolation the install sees torch and compiles the bundled device's C++ core
+# (hatch_build.py; about a minute with g++); build-core --if-needed is the safety net, and where
+# neither can build it the pure-Python core runs instead and `tpu-lab doctor` says why.
+"${pip[@]}" install --quiet "hatchling>=1.25" editables
+"${pip[@]}" install --quiet --no-build-isolation -e ".[${extras}]"
+if ! "$venv/bin/tpu-lab" build-core --if-needed; then
     echo "tpu_lab: the compiled device core was not built; the pure-Python core runs instead" >&2
 fi
 echo "tpu_lab installed in $venv with extras [$extras]"

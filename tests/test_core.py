@@ -39,3 +39,55 @@ def test_changed_sources_need_a_rebuild(monkeypatch):
 def test_doctor_says_which_core_runs():
     rows = dict(diagnose().rows)
     assert rows["device core"] == f"{device.CORE.name} ({device.CORE.reason})"
+
+
+class _App:
+    def __init__(self):
+        self.said: list[tuple[str, str]] = []
+
+    def display_warning(self, text):
+        self.said.append(("warning", text))
+
+    def display_info(self, text):
+        self.said.append(("info", text))
+
+
+def _hook(monkeypatch, target="wheel"):
+    pytest.importorskip("hatchling")
+    monkeypatch.syspath_prepend(str(core._HERE.parent.parent))
+    from hatch_build import CoreBuildHook
+
+    hook = CoreBuildHook.__new__(CoreBuildHook)  # hatchling's constructor needs a project
+    app = _App()
+    monkeypatch.setattr(CoreBuildHook, "app", app)
+    monkeypatch.setattr(CoreBuildHook, "target_name", target)
+    return hook, app
+
+
+def test_pip_install_without_torch_in_the_build_skips_the_core_and_says_how(monkeypatch):
+    import importlib.util
+
+    hook, app = _hook(monkeypatch)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    build_data = {"force_include": {}}
+    hook.initialize("standard", build_data)
+    assert build_data == {"force_include": {}}
+    assert app.said[0][0] == "warning" and "tpu-lab build-core" in app.said[0][1]
+
+
+def test_pip_install_build_failure_still_installs(monkeypatch):
+    hook, app = _hook(monkeypatch)
+    failed = type("Completed", (), {"returncode": 1, "stderr": "g++: not found"})()
+    monkeypatch.setattr("subprocess.run", lambda *args, **kwargs: failed)
+    build_data = {"force_include": {}}
+    hook.initialize("standard", build_data)
+    assert build_data == {"force_include": {}}
+    assert app.said == [("warning", app.said[0][1])] and "g++: not found" in app.said[0][1]
+
+
+def test_pip_install_skips_the_core_when_asked(monkeypatch):
+    hook, app = _hook(monkeypatch)
+    monkeypatch.setenv("TPU_LAB_BUILD_CORE", "0")
+    build_data = {"force_include": {}}
+    hook.initialize("standard", build_data)
+    assert build_data == {"force_include": {}} and app.said == []

@@ -25,6 +25,9 @@ def _parser() -> argparse.ArgumentParser:
         "build-core", help="compile the bundled device's C++ core for this torch (needs g++)"
     )
     build.add_argument("--verbose", action="store_true", help="show the compiler's output")
+    build.add_argument(
+        "--if-needed", action="store_true", help="only where no up-to-date core is built"
+    )
     kernel = sub.add_parser("kernel", help="Jupyter kernel that always uses the simulated TPU")
     kernel_sub = kernel.add_subparsers(dest="kernel_command", metavar="ACTION")
     install = kernel_sub.add_parser("install", help="install the kernel spec")
@@ -72,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build-core":
         from .device import core
 
+        built, why = core.status()
+        if args.if_needed and built:
+            print(f"The compiled device core is up to date ({why}): {core.build_dir()}")
+            return 0
         try:
             seconds = core.build(verbose=args.verbose)
         except RuntimeError as exc:
@@ -96,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
 
         app = importlib.import_module(f"tpu_lab.apps.{DEMO_MODULES[args.demo_command]}")
         try:
-            app.launch(args.model, device=args.device, host=args.host, port=args.port,
-                       share=args.share)
+            app.launch(
+                args.model, device=args.device, host=args.host, port=args.port, share=args.share
+            )
         except TpuLabError as exc:
             print(f"tpu-lab demo {args.demo_command}: {exc}", file=sys.stderr)
             return 2

@@ -4,8 +4,9 @@ The **compiled core** (``csrc/``, C++) is a real PyTorch backend organised like 
 reference out-of-tree backend OpenReg: an allocator whose host memory stands in for HBM, the
 PrivateUse1 hooks (pinned memory, generators, storage resize), a device guard, PyTorch's own
 view kernels and one boxed fallback that runs each op's CPU kernel on the same memory. It is
-compiled once per torch version by ``tpu-lab build-core`` (``make run`` and ``make test`` do
-it) into ``_build/`` beside this file.
+compiled once per torch version into ``_build/`` beside this file: by ``pip install`` where the
+build can import torch (``hatch_build.py``: ``--no-build-isolation``, as ``make run`` and
+``make test`` install), else by ``tpu-lab build-core``.
 
 Where it is not built (no C++ compiler, or its sources changed since), the **Python core**
 (``kernels.py`` and friends) stands in: same behaviour where a user looks, about 20 µs more
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -62,13 +64,26 @@ def _stamp() -> Path:
     return build_dir() / "sources.sha256"
 
 
+def _record() -> Path:
+    return build_dir() / "build.json"
+
+
+def built_by() -> str:
+    """How and in how long the built core was compiled (``""`` when unknown)."""
+    try:
+        record = json.loads(_record().read_text())
+        return f"by {record['how']} in {record['seconds']:.0f} s"
+    except (OSError, ValueError, KeyError):
+        return ""
+
+
 def status() -> tuple[bool, str]:
     """Whether an up-to-date compiled core is built, and if not, why."""
     if not _library().exists():
         return False, f"not built for torch {torch.__version__} (run: tpu-lab build-core)"
     if not _stamp().exists() or _stamp().read_text().strip() != _fingerprint():
         return False, "built from older sources (run: tpu-lab build-core)"
-    return True, f"built for torch {torch.__version__}"
+    return True, " ".join(filter(None, (f"built for torch {torch.__version__}", built_by())))
 
 
 _BUILD_SCRIPT = """
@@ -79,9 +94,10 @@ load({name!r}, sources={sources!r}, build_directory={directory!r}, extra_cflags=
 """
 
 
-def build(verbose: bool = False) -> float:
+def build(verbose: bool = False, how: str = "tpu-lab build-core") -> float:
     """Compile the core (in a child process: loading it registers the device). Returns the
-    seconds it took; raises ``RuntimeError`` with the compiler's output when it fails."""
+    seconds it took (recorded, with ``how``, for ``tpu-lab doctor``); raises ``RuntimeError``
+    with the compiler's output when it fails."""
     directory = build_dir()
     directory.mkdir(parents=True, exist_ok=True)
     script = _BUILD_SCRIPT.format(
@@ -108,8 +124,10 @@ def build(verbose: bool = False) -> float:
             "works). A C++ compiler (g++) and ninja are needed; the compiler said:\n"
             + (done.stderr or "")[-4000:]
         )
+    seconds = time.perf_counter() - start
     _stamp().write_text(_fingerprint())
-    return time.perf_counter() - start
+    _record().write_text(json.dumps({"how": how, "seconds": round(seconds, 1)}) + "\n")
+    return seconds
 
 
 def load():
