@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TpuLabError
-from . import DEFAULT_HOST, require_gradio, serve
+from . import entry_points
 
 #: Execution modes offered by the app.
 EAGER, FUSED, COMPILED = "eager", "eager (DEFER_AND_FUSE)", "compiled"
@@ -190,8 +190,11 @@ def measured(mode: str, work) -> tuple[Any, Report]:
         mode=mode,
         seconds=seconds,
         events=[_event_row(e) for e in events if e.kind in SHOWN],
-        counts={k: n for k in ("compile", "recompile", "cache_hit", "cache_miss", "sync",
-                               "transfer") if (n := sum(e.kind == k for e in events))},
+        counts={
+            k: n
+            for k in ("compile", "recompile", "cache_hit", "cache_miss", "sync", "transfer")
+            if (n := sum(e.kind == k for e in events))
+        },
         cache={k: cache_after[k] - cache_before[k] for k in cache_after},
     )
     return result, report
@@ -319,21 +322,31 @@ class ImageDemo:
                     count = gr.Number(4, label=f"Images (1-{MAX_COUNT}, the batch)")
                     steps = gr.Number(32, label=f"Steps (1-{MAX_STEPS})")
                     seed = gr.Number(0, label="Seed")
-                    guidance = gr.Slider(1, MAX_GUIDANCE, value=_default_guidance(self.pipe),
-                                         step=0.25, label="Guidance scale (1 = none)")
+                    guidance = gr.Slider(
+                        1,
+                        MAX_GUIDANCE,
+                        value=_default_guidance(self.pipe),
+                        step=0.25,
+                        label="Guidance scale (1 = none)",
+                    )
                     scale = gr.Slider(1, MAX_SCALE, value=16, step=1, label="Display scale")
                     mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=2):
-                    image = gr.Image(label="Digits", type="pil", format="png", height=320,
-                                     elem_id="digits-image")
-                    video = gr.Video(label="Denoising trajectory", elem_id="trajectory",
-                                     autoplay=True, loop=True, height=320)
+                    image = gr.Image(
+                        label="Digits", type="pil", format="png", height=320, elem_id="digits-image"
+                    )
+                    video = gr.Video(
+                        label="Denoising trajectory",
+                        elem_id="trajectory",
+                        autoplay=True,
+                        loop=True,
+                        height=320,
+                    )
             events = gr.HTML(label="Device events", elem_id="events")
             report = gr.JSON(label="Request report", elem_id="report")
 
-            def generate(label, count, steps, seed, guidance, scale, mode,
-                         progress=gr.Progress()):  # noqa: B008 (Gradio's way)
+            def generate(label, count, steps, seed, guidance, scale, mode, progress=gr.Progress()):  # noqa: B008 (Gradio's way)
                 return self.generate(label, count, steps, seed, guidance, scale, mode, progress)
 
             button.click(
@@ -392,25 +405,6 @@ def _report_html(report: Report) -> str:
     )
 
 
-def build(model: str | Path | None = None, device: str = "tpu"):
-    """The app for ``model`` (default: the embedded digits model) as Gradio Blocks; the
-    :class:`ImageDemo` is ``blocks.demo``."""
-    require_gradio()
-    app = ImageDemo(load_model(model, device))
-    blocks = app.blocks()
-    blocks.demo = app
-    return blocks
-
-
-def launch(
-    model: str | Path | None = None,
-    *,
-    device: str = "tpu",
-    host: str = DEFAULT_HOST,
-    port: int | None = None,
-    share: bool = False,
-    block: bool = True,
-):
-    """Build and serve the app on ``host:port`` (127.0.0.1 and a free port by default; a
-    public share link only with ``share=True``); returns the Blocks (``.close()`` stops it)."""
-    return serve(build(model, device), host=host, port=port, share=share, block=block)
+build, launch = entry_points(
+    lambda model, device: ImageDemo(load_model(model, device)), "the embedded digits model"
+)

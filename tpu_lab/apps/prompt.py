@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TpuLabError
-from . import DEFAULT_HOST, require_gradio, serve
+from . import entry_points
 from .image import (
     COMPILED,
     EAGER,
@@ -199,22 +199,32 @@ class PromptDemo:
                     size = gr.Dropdown(list(SIZES), value=SIZES[0], label="Size (pixels)")
                     steps = gr.Number(STEPS, label=f"Steps (1-{MAX_STEPS})")
                     seed = gr.Number(0, label="Seed")
-                    guidance = gr.Slider(1, MAX_GUIDANCE, value=GUIDANCE, step=0.5,
-                                         label="Guidance (true_cfg_scale; 1 = none)")
+                    guidance = gr.Slider(
+                        1,
+                        MAX_GUIDANCE,
+                        value=GUIDANCE,
+                        step=0.5,
+                        label="Guidance (true_cfg_scale; 1 = none)",
+                    )
                     scale = gr.Slider(1, MAX_SCALE, value=8, step=1, label="Display scale")
                     mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=2):
-                    image = gr.Image(label="Image", type="pil", format="png", height=320,
-                                     elem_id="prompt-image")
+                    image = gr.Image(
+                        label="Image", type="pil", format="png", height=320, elem_id="prompt-image"
+                    )
                     verdict = gr.Markdown(elem_id="verdict")
-                    video = gr.Video(label="Denoising trajectory", elem_id="trajectory",
-                                     autoplay=True, loop=True, height=320)
+                    video = gr.Video(
+                        label="Denoising trajectory",
+                        elem_id="trajectory",
+                        autoplay=True,
+                        loop=True,
+                        height=320,
+                    )
             events = gr.HTML(label="Device events", elem_id="events")
             report = gr.JSON(label="Request report", elem_id="report")
 
-            def generate(prompt, size, steps, seed, guidance, scale, mode,
-                         progress=gr.Progress()):  # noqa: B008 (Gradio's way)
+            def generate(prompt, size, steps, seed, guidance, scale, mode, progress=gr.Progress()):  # noqa: B008 (Gradio's way)
                 return self.generate(prompt, size, steps, seed, guidance, scale, mode, progress)
 
             button.click(
@@ -227,26 +237,12 @@ class PromptDemo:
         return demo
 
 
-def build(model: str | Path | None = None, device: str = "tpu"):
-    """The app for ``model`` (default: the embedded shapes pipeline; else a FluxPipeline
-    folder) as Gradio Blocks; the :class:`PromptDemo` is ``blocks.demo``."""
+def _prompt_demo(model, device: str) -> PromptDemo:
     from ..models.shapes import shapes_pipeline
 
-    require_gradio()
-    app = PromptDemo(shapes_pipeline(device=device, path=model))
-    blocks = app.blocks()
-    blocks.demo = app
-    return blocks
+    return PromptDemo(shapes_pipeline(device=device, path=model))
 
 
-def launch(
-    model: str | Path | None = None,
-    *,
-    device: str = "tpu",
-    host: str = DEFAULT_HOST,
-    port: int | None = None,
-    share: bool = False,
-    block: bool = True,
-):
-    """Build and serve the app on ``host:port`` (127.0.0.1 and a free port by default)."""
-    return serve(build(model, device), host=host, port=port, share=share, block=block)
+build, launch = entry_points(
+    _prompt_demo, "the embedded shapes pipeline; else a FluxPipeline folder"
+)

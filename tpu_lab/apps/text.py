@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TpuLabError
-from . import DEFAULT_HOST, require_gradio, serve
+from . import entry_points
 from .image import (
     COMPILED,
     EAGER,
@@ -101,9 +101,7 @@ class TextDemo:
         if self._compiled is None:
             import torch
 
-            self._compiled = torch.compile(
-                self.model, backend="tpu", fullgraph=True, dynamic=False
-            )
+            self._compiled = torch.compile(self.model, backend="tpu", fullgraph=True, dynamic=False)
         return self._compiled
 
     def run(self, request: Request) -> tuple[str, Report]:
@@ -148,12 +146,12 @@ class TextDemo:
             )
             with gr.Row():
                 with gr.Column(scale=1):
-                    prompt = gr.Textbox("Beautiful is", lines=3, label="Prompt",
-                                        elem_id="prompt")
+                    prompt = gr.Textbox("Beautiful is", lines=3, label="Prompt", elem_id="prompt")
                     # Typed numbers are checked by the handler, which names the field.
                     count = gr.Number(80, label=f"Characters (1-{MAX_NEW_TOKENS})")
-                    temperature = gr.Slider(0, MAX_TEMPERATURE, value=0, step=0.1,
-                                            label="Temperature (0 = greedy)")
+                    temperature = gr.Slider(
+                        0, MAX_TEMPERATURE, value=0, step=0.1, label="Temperature (0 = greedy)"
+                    )
                     seed = gr.Number(0, label="Seed (sampling)")
                     mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
@@ -171,25 +169,6 @@ class TextDemo:
         return demo
 
 
-def build(model: str | Path | None = None, device: str = "tpu"):
-    """The app for ``model`` (default: the embedded character model) as Gradio Blocks; the
-    :class:`TextDemo` is ``blocks.demo``."""
-    require_gradio()
-    app = TextDemo(*load_model(model, device))
-    blocks = app.blocks()
-    blocks.demo = app
-    return blocks
-
-
-def launch(
-    model: str | Path | None = None,
-    *,
-    device: str = "tpu",
-    host: str = DEFAULT_HOST,
-    port: int | None = None,
-    share: bool = False,
-    block: bool = True,
-):
-    """Build and serve the app on ``host:port`` (127.0.0.1 and a free port by default; a
-    public share link only with ``share=True``); returns the Blocks (``.close()`` stops it)."""
-    return serve(build(model, device), host=host, port=port, share=share, block=block)
+build, launch = entry_points(
+    lambda model, device: TextDemo(*load_model(model, device)), "the embedded character model"
+)
