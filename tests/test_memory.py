@@ -101,3 +101,17 @@ def test_switching_to_a_smaller_chip_that_cannot_hold_the_tensors_is_refused(sma
         tpu_lab.use_topology("v5e-1")
     assert chip().topology.name == "v6e-1"
     del x
+
+
+def test_checking_a_size_reserves_nothing_and_counts_only_a_refusal(small_chip):
+    small_chip.reset_peak()
+    before = small_chip.stats()
+    allocations = torch.accelerator.memory_stats()["allocation.all.allocated"]
+    small_chip.check(8 << 30)  # fits: no charge, no allocation, no new peak
+    after = small_chip.stats()
+    assert (after.live, after.peak) == (before.live, before.peak)
+    assert torch.accelerator.memory_stats()["allocation.all.allocated"] == allocations
+    with pytest.raises(torch.OutOfMemoryError, match="RESOURCE_EXHAUSTED"):
+        small_chip.check(32 << 30)
+    assert small_chip.stats().ooms == before.ooms + 1
+    assert small_chip.stats().live == before.live

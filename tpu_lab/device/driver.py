@@ -105,8 +105,7 @@ class Chip:
     def check(self, nbytes: int) -> None:
         """Raise ``torch.OutOfMemoryError`` if ``nbytes`` more would not fit (reserves nothing)."""
         if self.native is not None:
-            self.native.charge(nbytes)
-            self.native.release(nbytes)
+            self.native.check(nbytes)
             return
         with self._lock:
             if self._drain() + nbytes <= self.capacity:

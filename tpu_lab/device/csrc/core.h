@@ -37,6 +37,8 @@ void hbm_reset_peak();
 void hbm_reset_accumulated();
 // Reserve nbytes or throw torch.OutOfMemoryError (nothing reserved, nothing allocated).
 void hbm_charge(size_t nbytes);
+// Raise the OutOfMemoryError that charging nbytes would raise; reserves nothing.
+void hbm_check(size_t nbytes);
 void hbm_release(size_t nbytes);
 c10::Allocator* device_allocator();
 c10::Allocator* pinned_allocator();

@@ -152,17 +152,21 @@ void hbm_reset_accumulated() {
   hbm.allocations = hbm.frees = hbm.ooms = 0;
 }
 
-void hbm_charge(size_t nbytes) {
+// Charge nbytes to the chip (reserve = true) or only check that they would fit; either way a
+// request that does not fit counts an OOM and raises the XLA-worded OutOfMemoryError.
+static void hbm_request(size_t nbytes, bool reserve) {
   int64_t live = 0;
   int64_t capacity = 0;
   {
     std::lock_guard<std::mutex> lock(hbm_mutex);
     const int64_t wanted = hbm.live + static_cast<int64_t>(nbytes);
     if (wanted <= hbm.capacity) {
-      hbm.live = wanted;
-      hbm.allocations += 1;
-      if (wanted > hbm.peak) {
-        hbm.peak = wanted;
+      if (reserve) {
+        hbm.live = wanted;
+        hbm.allocations += 1;
+        if (wanted > hbm.peak) {
+          hbm.peak = wanted;
+        }
       }
       return;
     }
@@ -172,6 +176,14 @@ void hbm_charge(size_t nbytes) {
   }
   std::string message = oom_message(static_cast<int64_t>(nbytes), live, capacity);
   TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+}
+
+void hbm_charge(size_t nbytes) {
+  hbm_request(nbytes, true);
+}
+
+void hbm_check(size_t nbytes) {
+  hbm_request(nbytes, false);
 }
 
 void hbm_release(size_t nbytes) {

@@ -92,6 +92,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_peak", &hbm_reset_peak);
   m.def("charge", [](int64_t nbytes) { hbm_charge(static_cast<size_t>(nbytes)); });
   m.def("release", [](int64_t nbytes) { hbm_release(static_cast<size_t>(nbytes)); });
+  m.def("check", [](int64_t nbytes) { hbm_check(static_cast<size_t>(nbytes)); });
   m.def("cpu_view", &cpu_view, "A CPU tensor on the same memory as a 'tpu' tensor.");
   m.def("adopt", &adopt, "A 'tpu' tensor that takes over a CPU tensor's memory (no copy).");
   m.def("register_cpu_kernels", &register_cpu_kernels);
