@@ -59,6 +59,7 @@ def load(clients: int = 16, requests_each: int = 5) -> LoadResult:
     from PIL import Image
 
     from tpu_lab.apps import image as app
+    from tpu_lab.controls import EAGER
 
     blocks = app.launch(port=_free_port(), block=False)
     demo = blocks.demo
@@ -78,7 +79,7 @@ def load(clients: int = 16, requests_each: int = 5) -> LoadResult:
         for c in range(clients):
             for r in range(requests_each):
                 label, seed = (c + r) % 10, 1000 * c + r
-                request = app.check_request(label, 1, STEPS, seed, 1, 4, app.EAGER)
+                request = app.check_request(label, 1, STEPS, seed, 1, 4, EAGER.value)
                 expected[(c, r)] = np.asarray(real_run(request)[0])
         gc.collect()
         before = tpu_lab.backend().memory().live
@@ -92,7 +93,7 @@ def load(clients: int = 16, requests_each: int = 5) -> LoadResult:
                 start = time.perf_counter()
                 try:
                     picture, _, _, report = api.predict(
-                        label, 1, STEPS, seed, 1, 4, app.EAGER, api_name="/generate"
+                        label, 1, STEPS, seed, 1, 4, EAGER.value, api_name="/generate"
                     )
                 except Exception as exc:  # reported, counted as a failure by the caller
                     with lock:

@@ -17,6 +17,7 @@ import torch
 import tpu_lab  # noqa: F401
 from _record import quick, record
 from tpu_lab.media import encode_gif, encode_mp4, encode_webp, preview
+from tpu_lab.views import view
 
 FRAMES, SIZE = 64, 256
 
@@ -65,7 +66,7 @@ def main() -> None:
     record(
         "media",
         f"preview() of a ({FRAMES}, 3, {SIZE}, {SIZE}) tpu tensor",
-        median_seconds(lambda: preview(tensor, layout="TCHW").to_html(), args.repeats),
+        median_seconds(lambda: view(preview(tensor, layout="TCHW")).to_html(), args.repeats),
         "s",
         note="copy to host, value range, frames, H.264, inline HTML",
     )

@@ -23,9 +23,11 @@ from gradio_client.exceptions import AppError  # noqa: E402
 from _browser import served  # noqa: E402
 from tpu_lab.apps import image as app  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
+from tpu_lab.controls import COMPILED, EAGER, FUSE  # noqa: E402
+from tpu_lab.errors import DemoInputError  # noqa: E402
 
 DEFAULTS = {"label": 7, "count": 2, "steps": 6, "seed": 0, "guidance": 1, "scale": 8,
-            "mode": app.EAGER}  # fmt: skip
+            "mode": EAGER.value}  # fmt: skip
 
 
 
@@ -73,12 +75,12 @@ def test_generate_returns_image_video_and_events(client):
 
 
 def test_compiled_mode_shows_compile_then_recompile_with_reason(client):
-    _, _, html, first = _call(client, mode=app.COMPILED, count=2)
+    _, _, html, first = _call(client, mode=COMPILED.value, count=2)
     assert [e["kind"] for e in first["events"]] == ["compile"]
     assert first["events"][0]["summary"].startswith("compiled forward in")
-    _, _, _, again = _call(client, mode=app.COMPILED, count=2, seed=5)
+    _, _, _, again = _call(client, mode=COMPILED.value, count=2, seed=5)
     assert again["events"] == [] and "compile" not in again["counts"]
-    _, _, html, resized = _call(client, mode=app.COMPILED, count=3)
+    _, _, html, resized = _call(client, mode=COMPILED.value, count=3)
     assert [e["kind"] for e in resized["events"]] == ["recompile"]
     event = resized["events"][0]
     assert event["summary"] == "recompiled forward: argument sample: dimension 0 changed from 2 to 3"
@@ -87,8 +89,8 @@ def test_compiled_mode_shows_compile_then_recompile_with_reason(client):
 
 
 def test_defer_and_fuse_reports_cache_statistics(client):
-    _call(client, mode=app.FUSED)
-    _, _, html, report = _call(client, mode=app.FUSED)
+    _call(client, mode=FUSE.value)
+    _, _, html, report = _call(client, mode=FUSE.value)
     cache = report["cache"]
     assert cache["requests"] == cache["hits"] + cache["misses"] > 0
     assert cache["hits"] > 0
@@ -116,17 +118,17 @@ def test_gradio_checks_the_choices(client):
 
 
 def test_check_request_names_the_field():
-    with pytest.raises(app.DemoInputError) as info:
-        app.check_request(3, 1, 32, 0, 40, 8, app.EAGER)
+    with pytest.raises(DemoInputError) as info:
+        app.check_request(3, 1, 32, 0, 40, 8, EAGER.value)
     assert str(info.value) == "Guidance scale must be a number from 1 to 2; got 40."
-    with pytest.raises(app.DemoInputError) as info:
+    with pytest.raises(DemoInputError) as info:
         app.check_request(3, 1, 32, 0, 1, 8, "fast")
-    assert str(info.value) == "mode must be one of eager, eager (DEFER_AND_FUSE), compiled; got 'fast'."
+    assert str(info.value) == "mode must be one of eager, fuse, compiled; got 'fast'."
 
 
 def test_check_request_accepts_what_the_widgets_send():
-    request = app.check_request("7", 4.0, 32, 0, 1, 16, app.COMPILED)
-    assert request == app.Request(7, 4, 32, 0, 1.0, 16, app.COMPILED)
+    request = app.check_request("7", 4.0, 32, 0, 1, 16, COMPILED.value)
+    assert request == app.Request(7, 4, 32, 0, 1.0, 16, COMPILED.value)
 
 
 def test_model_path_must_be_a_pipeline_folder(tmp_path):

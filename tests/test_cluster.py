@@ -13,6 +13,7 @@ import torch
 import tpu_lab  # noqa: F401  (the "tpu" device)
 from tpu_lab.errors import SpmdError
 from tpu_lab.sharding import cluster as spmd
+from tpu_lab.views import view
 
 # float32 TP=4 against TP=1: the row-wise layers sum 4 partial products in another order
 # (observed max |diff| 1.2e-7 for the Flux transformer and 1.8e-7 for the Llama logits).
@@ -93,10 +94,14 @@ def test_cluster_starts_four_ranks_on_loopback(cluster):
         if conn.status == psutil.CONN_LISTEN
     }
     assert listening == {"127.0.0.1"}
-    text = cluster.to_text(width=80)
+    text = view(cluster).to_text(width=80)
     assert "tpu_lab cluster v6e-4: ready" in text
     assert "process group 'tpu_dist'" in text
-    assert "<table>" in cluster.to_html()
+    assert "<table>" in view(cluster).to_html()
+    state = cluster.state_now()
+    assert (state.topology, state.state) == ("v6e-4", "ready")
+    assert [(rank, pid) for rank, pid, _ in state.ranks] == [(r.rank, r.pid) for r in cluster.ranks]
+    assert {s for _, _, s in state.ranks} == {"running"}
 
 
 def test_cell_runs_on_every_rank_with_collectives_and_sharding(cluster):
@@ -120,10 +125,10 @@ def test_cell_runs_on_every_rank_with_collectives_and_sharding(cluster):
     assert w.info.global_shape == (8, 4)
     assert w.info.placements == ("Shard(0)",)
     assert w.info.bytes_per_chip == (32, 32, 32, 32)
-    text = result.to_text(width=100)
+    text = view(result).to_text(width=100)
     assert "SPMD cell on 4 ranks (v6e-4)" in text
-    assert repr(result) == result.to_text()
-    assert "<table>" in result._repr_mimebundle_()["text/html"]
+    assert repr(view(result)) == view(result).to_text()
+    assert "<table>" in view(result)._repr_mimebundle_()["text/html"]
     assert "  w  float32[8x4] on mesh (4,) Shard(0)  [32 B / 32 B / 32 B / 32 B]" in text, text
 
 
@@ -226,7 +231,7 @@ def test_a_killed_rank_is_reported_and_restart_recovers(cluster):
     assert f"rank 1 (pid {killed}) died" in message
     assert "%tpu cluster restart" in message
     assert cluster.state == "broken"
-    assert "died" in cluster.to_text(width=80)
+    assert "died" in view(cluster).to_text(width=80)
     with pytest.raises(SpmdError, match="The cluster is broken. Restart it"):
         cluster.run_cell("1")
     spmd.restart()

@@ -129,8 +129,8 @@ def test_an_unknown_mode_is_refused_and_the_toggle_reverts(log, dashboards, rest
     assert torch.tpu.eager_mode is torch.tpu.EagerMode.DEFER_NEVER
     assert dash.eager_mode == "DEFER_NEVER"
     assert dash.error == (
-        f"Unknown eager mode {wanted!r}; use one of DEFER_NEVER, DEFER_AND_FUSE, "
-        "DEFER_NEVER_AND_LAUNCH_BLOCKING."
+        f"Unknown eager mode {wanted!r}; use one of eager, fuse, blocking, or a "
+        "torch.tpu.EagerMode name: DEFER_NEVER, DEFER_AND_FUSE, DEFER_NEVER_AND_LAUNCH_BLOCKING."
     )
 
 
@@ -317,4 +317,13 @@ def test_static_view_collapses_routine_events_per_kind_and_place():
         (2, 2, "host waited for the device (item)"),
         (4, 1, "recompiled f: argument x: dimension 0 changed from 3 to 4"),
         (6, 1, "host waited for the device (item)"),
+    ]
+
+
+def test_the_toggle_offers_the_session_modes_of_controls(log, dashboards):
+    dash = dashboards(log=log, poll=60)
+    assert [(m["value"], m["label"]) for m in dash.modes] == [
+        ("DEFER_NEVER", "Eager"),
+        ("DEFER_AND_FUSE", "DEFER_AND_FUSE"),  # TorchTPU's name; "compiled" is torch.compile
+        ("DEFER_NEVER_AND_LAUNCH_BLOCKING", "Blocking"),
     ]

@@ -17,7 +17,7 @@ from IPython.utils.capture import capture_output
 
 import tpu_lab
 from tpu_lab import controls
-from tpu_lab.errors import TpuLabError
+from tpu_lab.errors import SpmdError, TpuLabError
 from tpu_lab.events import log
 from tpu_lab.magics import COMMANDS, completions
 from tpu_lab.views import View
@@ -112,8 +112,20 @@ def test_help_lists_every_subcommand(shell):
 def test_usage_errors_have_the_fix(shell):
     assert usage_error(shell, "stats") == (
         "%tpu: unknown subcommand 'stats'. Did you mean %tpu status? Subcommands: status, use, "
-        "mode, compile, events, explain, recompiles, memory, sharding, plan, cluster, spmd, "
+        "mode, events, explain, recompiles, memory, sharding, plan, cluster, spmd, "
         "preview, time, profile, parity, doctor, reset, dashboard (%tpu --help describes them)."
+    )
+    # "compiled" is torch.compile on a function, never a cell's or session's mode
+    for line in ("compile", "compiled"):
+        assert usage_error(shell, line) == (
+            f"%tpu: {line!r} is not a subcommand. Compiled code is a function or model under "
+            'torch.compile(fn, backend="tpu"), not a mode of a session or a cell; %%tpu mode '
+            "fuse runs a cell in DEFER_AND_FUSE (TorchTPU's eager compile cache)."
+        )
+    assert usage_error(shell, "compile", "x = 1").startswith("%tpu: 'compile' is not a subcommand.")
+    assert usage_error(shell, "fuse") == (
+        "%tpu: 'fuse' is a mode, not a subcommand: %tpu mode fuse switches the session to it, "
+        "%%tpu mode fuse one cell."
     )
     assert usage_error(shell, "events --kind nope") == (
         "%tpu events: argument --kind: invalid choice: 'nope' (choose from 'compile', "
@@ -128,7 +140,11 @@ def test_usage_errors_have_the_fix(shell):
     )
     assert usage_error(shell, "mode turbo").startswith(
         "%tpu mode: argument mode: invalid choice: 'turbo' (choose from 'eager', 'fuse', "
-        "'blocking', 'compile')\nusage: %tpu mode [eager|fuse|blocking|compile]\n"
+        "'blocking')\nusage: %tpu mode [eager|fuse|blocking]\n"
+    )
+    assert usage_error(shell, "mode compile").startswith(
+        "%tpu mode: argument mode: invalid choice: 'compile' (choose from 'eager', 'fuse', "
+        "'blocking')\n"
     )
     assert usage_error(shell, "status extra") == (
         "%tpu status: unrecognized arguments: extra\nusage: %tpu status [--recent N]\n"
@@ -137,24 +153,19 @@ def test_usage_errors_have_the_fix(shell):
     assert usage_error(shell, "events 'unclosed") == (
         "%tpu: cannot read \"events 'unclosed\": No closing quotation; check the quotes."
     )
-    assert usage_error(shell, "compile") == (
-        "%tpu compile needs a cell: put %%tpu compile on the first line of the cell, or use "
-        "%tpu mode compile for the rest of the session."
-    )
     assert usage_error(shell, "time") == (
         "%tpu time needs a cell: put %%tpu time on the first line of the cell."
     )
     assert usage_error(shell, "status", "1") == (
         "%%tpu status does not run a cell: write %tpu status on a line of its own. Cell "
-        "subcommands: %%tpu compile, %%tpu mode MODE, %%tpu time, %%tpu profile, %%tpu spmd."
+        "subcommands: %%tpu mode MODE, %%tpu time, %%tpu profile, %%tpu spmd."
     )
     assert usage_error(shell, "", "1") == (
-        "%%tpu needs a subcommand: %%tpu compile, %%tpu mode MODE, %%tpu time, %%tpu profile, "
-        "%%tpu spmd."
+        "%%tpu needs a subcommand: %%tpu mode MODE, %%tpu time, %%tpu profile, %%tpu spmd."
     )
     assert usage_error(shell, "mode", "1") == (
         "%tpu mode: %%tpu mode needs a mode for the cell\n"
-        "usage: %tpu mode [eager|fuse|blocking|compile]\n(%tpu mode --help explains every option)"
+        "usage: %tpu mode [eager|fuse|blocking]\n(%tpu mode --help explains every option)"
     )
 
 
@@ -219,12 +230,12 @@ def test_use_is_refused_on_a_real_tpu(shell, monkeypatch):
 def test_mode_for_the_session(shell):
     out, _, _, _ = run(shell, "%tpu mode")
     assert out == (
-        "eager mode: DEFER_NEVER (eager); choose with %tpu mode eager|fuse|blocking|compile\n"
+        "eager mode: DEFER_NEVER (eager); choose with %tpu mode eager|fuse|blocking\n"
     )
-    expected = {"fuse": "DEFER_AND_FUSE", "compile": "DEFER_AND_FUSE",
-                "blocking": "DEFER_NEVER_AND_LAUNCH_BLOCKING", "eager": "DEFER_NEVER"}  # fmt: skip
+    expected = [("fuse", "DEFER_AND_FUSE"), ("fuse", "DEFER_AND_FUSE"),
+                ("blocking", "DEFER_NEVER_AND_LAUNCH_BLOCKING"), ("eager", "DEFER_NEVER")]  # fmt: skip
     previous = "DEFER_NEVER"
-    for name, member in expected.items():
+    for name, member in expected:
         out, _, _, _ = run(shell, f"%tpu mode {name}")
         assert out == f"eager mode: {member} (was {previous})\n"
         assert torch.tpu.eager_mode is EagerMode[member]
@@ -237,12 +248,12 @@ def test_mode_for_the_session(shell):
 
 
 @pytest.mark.parametrize(
-    ("line", "inside"), [("compile", "DEFER_AND_FUSE"), ("mode fuse", "DEFER_AND_FUSE"),
+    ("line", "inside"), [("mode fuse", "DEFER_AND_FUSE"), ("mode eager", "DEFER_NEVER"),
                          ("mode blocking", "DEFER_NEVER_AND_LAUNCH_BLOCKING")],
 )  # fmt: skip
 def test_cell_scoped_mode_is_restored(shell, line, inside):
-    torch.tpu.eager_mode = EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING if "fuse" in line else (
-        EagerMode.DEFER_NEVER)  # fmt: skip
+    torch.tpu.eager_mode = EagerMode.DEFER_NEVER if "blocking" in line else (
+        EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)  # fmt: skip
     before = torch.tpu.eager_mode
     code = f"%%tpu {line}\nimport torch\nseen = torch.tpu.eager_mode.name\nx = torch.ones(3, device='tpu')\n(x * 2).sum().item()"
     out, _, _, result = run(shell, code)
@@ -251,7 +262,7 @@ def test_cell_scoped_mode_is_restored(shell, line, inside):
     assert torch.tpu.eager_mode is before
 
 
-@pytest.mark.parametrize("line", ["compile", "mode fuse", "time"])
+@pytest.mark.parametrize("line", ["mode fuse", "mode blocking", "time"])
 def test_cell_scoped_mode_is_restored_when_the_cell_raises(shell, line):
     before = torch.tpu.eager_mode
     _, err, _, result = run(shell, f"%%tpu {line}\nx = 1\nraise KeyError('boom in the cell')")
@@ -262,20 +273,20 @@ def test_cell_scoped_mode_is_restored_when_the_cell_raises(shell, line):
 
 def test_cell_traceback_shows_the_cell_line_not_the_magic(shell):
     with capture_output() as cap:
-        shell.run_cell("%%tpu compile\nx = 1\n1 / 0", store_history=True)
+        shell.run_cell("%%tpu mode fuse\nx = 1\n1 / 0", store_history=True)
     shown = cap.stdout + cap.stderr
     assert "ZeroDivisionError" in shown and "----> 2 1 / 0" in _plain(shown)
     assert "magics.py" not in shown and "skipping hidden" in shown
 
 
 def test_a_cell_ending_in_a_semicolon_shows_nothing(shell):
-    _, _, _, result = run(shell, "%%tpu compile\n1 + 1;")
+    _, _, _, result = run(shell, "%%tpu mode fuse\n1 + 1;")
     assert result.result is None
 
 
-def test_compile_cell_uses_the_eager_cache_and_events_carry_the_cell(shell):
+def test_fuse_cell_uses_the_eager_cache_and_events_carry_the_cell(shell):
     torch.tpu._clear_cache()
-    code = "%%tpu compile\nimport torch\nfor n in (3, 4):\n    torch.ones(n, device='tpu').sum().item()"
+    code = "%%tpu mode fuse\nimport torch\nfor n in (3, 4):\n    torch.ones(n, device='tpu').sum().item()"
     _, _, _, result = run(shell, code)
     assert result.success
     misses = log.events("cache_miss")
@@ -392,9 +403,15 @@ def fakes(monkeypatch):
     sharding.plan = record("plan")
     cluster = types.ModuleType("tpu_lab.sharding.cluster")
 
+    # The contract of tpu_lab.sharding.cluster: current() raises until a cluster was started,
+    # then returns it, also once stopped; a stopped cluster refuses to run cells.
     class Cluster(Shown):
+        stopped = False
+
         def run_cell(self, source):
             calls.append(("run_cell", (source,), {}))
+            if self.stopped:
+                raise SpmdError("The cluster is stopped. Start it with %tpu cluster start v6e-4.")
             if "fail" in source:
                 raise TpuLabError("rank 1 failed:\nTraceback ...\nValueError: bad")
             return Shown("spmd result")
@@ -408,11 +425,16 @@ def fakes(monkeypatch):
 
     def stop():
         calls.append(("stop", (), {}))
-        cluster.state = None
+        if cluster.state is not None:
+            cluster.state.stopped = True
 
-    cluster.start, cluster.stop = start, stop
+    def current():
+        if cluster.state is None:
+            raise SpmdError("No cluster has been started: %tpu cluster start v6e-4.")
+        return cluster.state
+
+    cluster.start, cluster.stop, cluster.current = start, stop, current
     cluster.restart = record("restart")
-    cluster.current = lambda: cluster.state
     sharding.cluster = cluster
     media = types.ModuleType("tpu_lab.media")
     media.preview = record("preview")
@@ -461,11 +483,10 @@ def test_plan_passes_the_arguments(shell, fakes, tmp_path):
 
 def test_cluster_and_spmd(shell, fakes):
     assert usage_error(shell, "cluster status") == (
-        "No cluster is running; start one with %tpu cluster start v6e-4."
+        "No cluster has been started: %tpu cluster start v6e-4."
     )
     assert usage_error(shell, "spmd", "x = 1") == (
-        "%%tpu spmd runs the cell on a cluster, and none is running; start one with "
-        "%tpu cluster start v6e-4."
+        "No cluster has been started: %tpu cluster start v6e-4."
     )
     _, _, (bundle,), _ = run(shell, "%tpu cluster start v6e-4")
     assert bundle["text/plain"] == "cluster v6e-4"
@@ -479,6 +500,9 @@ def test_cluster_and_spmd(shell, fakes):
     run(shell, "%tpu cluster restart")
     out, _, _, _ = run(shell, "%tpu cluster stop")
     assert out == "cluster: stop done\n"
+    assert usage_error(shell, "spmd", "x = 2") == (
+        "The cluster is stopped. Start it with %tpu cluster start v6e-4."
+    )
     tpu_lab.use_topology("v5e-4")
     run(shell, "%tpu cluster start")  # the current topology
     assert usage_error(shell, "cluster stop v6e-4").startswith(
@@ -490,6 +514,7 @@ def test_cluster_and_spmd(shell, fakes):
         ("run_cell", ("fail()",)),
         ("restart", ()),
         ("stop", ()),
+        ("run_cell", ("x = 2",)),
         ("start", ("v5e-4",)),
     ]
 
@@ -536,7 +561,7 @@ def test_completion_through_the_shell_completer(shell):
 
     assert complete("%tpu mo") == ["mode"]
     assert complete("%tpu re") == ["recompiles", "reset"]
-    assert complete("%%tpu co") == ["compile"]
+    assert complete("%%tpu sp") == ["spmd"]
     assert complete("%tpu mode f") == ["fuse"]
     assert complete("%tpu events --k") == ["--kind"]
     assert complete("%tpu events --kind re") == ["recompile"]

@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import tpu_lab
+from tpu_lab.errors import SpmdError
 from tpu_lab.events import log
 from tpu_lab.magics import COMMANDS
 from tpu_lab.views import View
@@ -97,12 +98,14 @@ def shell(monkeypatch, tmp_path):
         fake_cluster.state = _Shown(f"cluster {topology}")
         return fake_cluster.state
 
-    def stop():
-        fake_cluster.state = None
+    def current():  # as tpu_lab.sharding.cluster.current: an error until a cluster started
+        if fake_cluster.state is None:
+            raise SpmdError("No cluster has been started: %tpu cluster start v6e-4.")
+        return fake_cluster.state
 
-    fake_cluster.start, fake_cluster.stop = start, stop
-    fake_cluster.restart = lambda: fake_cluster.state
-    fake_cluster.current = lambda: fake_cluster.state
+    fake_cluster.start, fake_cluster.current = start, current
+    fake_cluster.stop = lambda: None  # the stopped cluster stays the current one
+    fake_cluster.restart = current
     monkeypatch.setitem(__import__("sys").modules, "tpu_lab.sharding.cluster", fake_cluster)
     monkeypatch.setattr(tpu_lab.sharding, "cluster", fake_cluster, raising=False)
     fake_dashboard = types.ModuleType("tpu_lab.views.dashboard")

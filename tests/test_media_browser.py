@@ -11,6 +11,7 @@ import tpu_lab  # noqa: F401  (installs the "tpu" device)
 from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
 from tpu_lab.media import preview
 from tpu_lab.media import video as video_mod
+from tpu_lab.views import view
 
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install 'tpu-lab[dev]'")
@@ -34,7 +35,7 @@ def test_chromium_plays_the_inline_video_and_shows_the_stills(tmp_path, monkeypa
     page_file = tmp_path / "preview.html"
     page_file.write_text(
         "<!doctype html><html><body>"
-        + "".join(f"<div id='{k}'>{p.to_html()}</div>" for k, p in
+        + "".join(f"<div id='{k}'>{view(p).to_html()}</div>" for k, p in
                   (("video", video), ("grid", grid), ("fallback", fallback)))
         + "</body></html>"
     )

@@ -8,7 +8,8 @@ import torch
 from PIL import Image
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
-from tpu_lab.media import MediaError, to_pil
+from tpu_lab.errors import MediaError
+from tpu_lab.media import to_pil
 from tpu_lab.media.convert import detect_layout, detect_value_range, parse_value_range, to_media
 
 

@@ -15,9 +15,11 @@ import torch
 from PIL import Image
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
-from tpu_lab.media import MediaError, Preview, preview, save_policy, set_save_policy
+from tpu_lab.errors import MediaError
+from tpu_lab.media import Preview, preview, save_policy, set_save_policy
 from tpu_lab.media import video as video_mod
 from tpu_lab.media.grid import LABEL_HEIGHT, PAD
+from tpu_lab.views import view
 
 
 @pytest.fixture
@@ -58,12 +60,12 @@ def test_single_image_text_html_and_png():
     x[0] = 1.0  # red
     p = preview(x.to("tpu"))
     assert isinstance(p, Preview) and p.kind == "image" and p.size == (96, 64)
-    assert p.to_text(width=100) == (
+    assert view(p).to_text(width=100) == (
         "Preview: image 96×64\n"
         "  from torch.Tensor (3, 64, 96) float32 on tpu:0, layout CHW\n"
         "  values 0..1 -> range [0, 1] (detected)"
     )
-    bundle = p._repr_mimebundle_()
+    bundle = view(p)._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html", "image/png"}
     img = _png(bundle)
     assert img.size == (96, 64) and img.getpixel((5, 5)) == (255, 0, 0)
@@ -78,7 +80,7 @@ def test_batch_grid_with_labels():
     p = preview(x, labels=["seven", 3, "a very long label that is clipped"])
     cell_h = 64 + LABEL_HEIGHT
     assert p.size == (3 * 64 + 4 * PAD, cell_h + 2 * PAD)
-    assert "grid of 3" in p.to_text() and "labels: seven, 3, a very long" in p.to_text()
+    assert "grid of 3" in view(p).to_text() and "labels: seven, 3, a very long" in view(p).to_text()
     img = p.image.convert("RGB")
     # tile 2 is image 2, unscaled, at its grid position
     tile = np.asarray(img)[PAD : PAD + 64, PAD + 2 * (64 + PAD) : PAD + 2 * (64 + PAD) + 64]
@@ -92,7 +94,7 @@ def test_batch_grid_with_labels():
 def test_small_images_are_enlarged():
     p = preview(np.eye(8), value_range="0,1")
     assert p.scale == 8 and p.size == (64, 64)
-    assert "shown ×8" in p.to_text()
+    assert "shown ×8" in view(p).to_text()
 
 
 def test_labels_must_match_the_batch():
@@ -108,8 +110,8 @@ def test_pipeline_output_list_of_pil():
 
     images = [Image.new("RGB", (32, 32), c) for c in ("red", "green", "blue", "white", "black")]
     p = preview(ImagePipelineOutput(images=images))
-    assert "grid of 5" in p.to_text()
-    assert p.to_text().splitlines()[1] == (
+    assert "grid of 5" in view(p).to_text()
+    assert view(p).to_text().splitlines()[1] == (
         "  from ImagePipelineOutput.images: list of 5 PIL images, layout HWC"
     )
     assert p.size == (3 * 64 + 4 * PAD, 2 * 64 + 3 * PAD)  # 3 columns, ×2 enlarged
@@ -123,12 +125,12 @@ def test_frame_sequence_is_an_inline_h264_video():
     frames = torch.rand(10, 3, 24, 32, generator=torch.Generator().manual_seed(1))
     p = preview(frames.to("tpu"), layout="TCHW", fps=5)
     assert p.kind == "video" and p.format == "mp4" and len(p.frames) == 10
-    head = p.to_text().splitlines()[0]
+    head = view(p).to_text().splitlines()[0]
     assert re.fullmatch(
         r"Preview: video 10 frames 64×48 at 5 fps \(2\.0 s\), shown ×2, H\.264 MP4 \d+\.\d KB",
         head,
     ), head
-    bundle = p._repr_mimebundle_()
+    bundle = view(p)._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}
     html = bundle["text/html"]
     # shown 4x larger than its 64x48 pixels, so that the player's controls leave it visible
@@ -150,8 +152,8 @@ def test_video_fallback_without_h264(monkeypatch, in_tmp):
     monkeypatch.setattr(video_mod, "h264_unavailable", lambda: "no libx264 in this FFmpeg")
     p = preview(torch.rand(4, 3, 64, 64), layout="TCHW")
     assert p.format == "webp"
-    assert "src='data:image/webp;base64," in p.to_html() and "<video" not in p.to_html()
-    assert "  no H.264: no libx264 in this FFmpeg" in p.to_text().splitlines()
+    assert "src='data:image/webp;base64," in view(p).to_html() and "<video" not in view(p).to_html()
+    assert "  no H.264: no libx264 in this FFmpeg" in view(p).to_text().splitlines()
     assert Image.open(io.BytesIO(p.data)).n_frames == 4
     with pytest.raises(MediaError) as err:
         p.save("clip.mp4")
@@ -171,7 +173,7 @@ def test_save_png_jpg_and_webp(in_tmp):
     p = preview(x, save="grid.png")
     assert p.saved == in_tmp / "grid.png"
     assert Image.open(in_tmp / "grid.png").size == p.size
-    assert f"  saved to {in_tmp / 'grid.png'}" in p.to_text().splitlines()
+    assert f"  saved to {in_tmp / 'grid.png'}" in view(p).to_text().splitlines()
     rgba = Image.new("RGBA", (64, 64), (0, 0, 255, 100))
     assert Image.open(preview(rgba, save="a.jpg").saved).format == "JPEG"
     assert Image.open(preview(rgba, save="a.webp").saved).format == "WEBP"

@@ -16,8 +16,10 @@ import pytest
 import torch
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
+from tpu_lab.errors import MediaError
 from tpu_lab.events import log
-from tpu_lab.media import MediaError, Trajectory, progress
+from tpu_lab.media import Trajectory, progress
+from tpu_lab.views import view
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -199,7 +201,7 @@ def test_frames_video_and_strip(ddpm):
         assert sum(1 for _ in c.decode(video=0)) == STEPS
     strip = traj.strip(count=3, index=0)
     assert strip.labels == ["step 1", "step 3", "step 4"]
-    assert "grid of 3" in strip.to_text()
+    assert "grid of 3" in view(strip).to_text()
 
 
 def test_legacy_callback_signature(ddpm):

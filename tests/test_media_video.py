@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpu_lab.media import MediaError, encode_gif, encode_mp4, encode_webp
+from tpu_lab.errors import MediaError
+from tpu_lab.media import encode_gif, encode_mp4, encode_webp
 from tpu_lab.media import video as video_mod
 
 

@@ -25,6 +25,7 @@ from tpu_lab.profiler import (
     profile,
     xprof_trace_handler,
 )
+from tpu_lab.views import view
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,12 +61,12 @@ def test_recorder_sees_ops_syncs_compiles_and_transfers(monkeypatch, fresh_dynam
     assert p.count("sync") == 2 and p.count("compile") == 1 and p.count("transfer") >= 2
     assert all(0 <= op.start_us <= p.total_us for op in p.ops)
     assert [s.name for s in p.table()][:1] and sum(s.calls for s in p.table()) == len(p.ops)
-    text = p.to_text(width=100)
+    text = view(p).to_text(width=100)
     assert text.startswith("profile of step: ")
     assert "(host time on the simulated device, not TPU time); " in text.splitlines()[0]
     assert "      ops |" in text and "  compile |" in text and "     sync |" in text
     assert "compiled <lambda>" in text
-    html = p.to_html()
+    html = view(p).to_html()
     assert "<svg" in html and "<script" not in html and "aten::matmul" in html
     trace = p.chrome_trace()
     phases = {e["ph"] for e in trace["traceEvents"]}

@@ -16,11 +16,13 @@ from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
 from _browser import served  # noqa: E402
-from tpu_lab.apps import image, prompt  # noqa: E402
+from tpu_lab.apps import prompt  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
+from tpu_lab.controls import COMPILED, EAGER  # noqa: E402
+from tpu_lab.errors import DemoInputError  # noqa: E402
 
 DEFAULTS = {"prompt": prompt.EXAMPLE, "size": 32, "steps": 6, "seed": 0, "guidance": 1,
-            "scale": 4, "mode": image.EAGER}  # fmt: skip
+            "scale": 4, "mode": EAGER.value}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +60,11 @@ def test_prompt_in_image_video_and_verdict_out(client):
 
 
 def test_compiled_mode_compiles_once_per_size_and_explains_the_recompile(client):
-    _, _, _, _, first = _call(client, mode=image.COMPILED)
+    _, _, _, _, first = _call(client, mode=COMPILED.value)
     assert [e["kind"] for e in first["events"]] == ["compile"]
-    _, _, _, _, again = _call(client, mode=image.COMPILED, seed=3)
+    _, _, _, _, again = _call(client, mode=COMPILED.value, seed=3)
     assert again["events"] == []
-    _, _, _, html, resized = _call(client, mode=image.COMPILED, size=48)
+    _, _, _, html, resized = _call(client, mode=COMPILED.value, size=48)
     assert [e["kind"] for e in resized["events"]] == ["recompile"]
     summary = resized["events"][0]["summary"]
     assert "changed from 256 to 576" in summary, summary  # 16x16 -> 24x24 tokens
@@ -84,11 +86,11 @@ def test_bad_input_is_answered_with_the_message(client, changes, message):
 
 
 def test_size_and_guidance_must_be_offered():
-    with pytest.raises(image.DemoInputError) as info:
-        prompt.check_prompt_request("a red circle", 40, 4, 0, 1, 4, image.EAGER)
+    with pytest.raises(DemoInputError) as info:
+        prompt.check_prompt_request("a red circle", 40, 4, 0, 1, 4, EAGER.value)
     assert str(info.value) == "Size must be one of 32, 48, 64; got 40."
-    with pytest.raises(image.DemoInputError) as info:
-        prompt.check_prompt_request("a red circle", 32, 4, 0, 9, 4, image.EAGER)
+    with pytest.raises(DemoInputError) as info:
+        prompt.check_prompt_request("a red circle", 32, 4, 0, 9, 4, EAGER.value)
     assert str(info.value) == "Guidance scale must be a number from 1 to 4; got 9."
 
 

@@ -40,7 +40,8 @@ def test_import_order_does_not_matter(first):
 def test_status_describes_the_bundled_device():
     s = tpu_lab.status()
     assert s.simulated and s.backend == "tpu_lab bundled device"
-    assert "tpu:0 = TPU v6e (simulated)" in str(s)
+    text = tpu_lab.view(s).to_text(100)  # the device alone: no cache or event rows
+    assert "  generation    TPU v6e (simulated)\n" in text and "compile cache" not in text
 
 
 def test_topology_from_environment_variable():
@@ -149,3 +150,32 @@ def test_the_tour_runs_and_checks_itself():
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "same as CPU:   True" in out.stdout
     assert "torch.OutOfMemoryError: RESOURCE_EXHAUSTED" in out.stdout
+
+
+def test_a_mode_change_through_torchtpu_is_published_and_logged(monkeypatch):
+    """TorchTPU publishes nothing: its adapter does, so the event log and the dashboard see a
+    mode change that tpu_lab makes (controls, %tpu mode, the dashboard's toggle)."""
+    import types
+
+    import torch
+
+    from tpu_lab import controls
+    from tpu_lab.events import log
+    from tpu_lab.runtime import select
+    from tpu_lab.runtime.torchtpu import TorchTPUBackend
+
+    mode = torch.tpu.EagerMode
+    fake_tpu = types.SimpleNamespace(EagerMode=mode, eager_mode=mode.DEFER_NEVER)
+    monkeypatch.setattr(torch, "tpu", fake_tpu)  # TorchTPU's module: a plain attribute
+    monkeypatch.setattr(select, "_active", TorchTPUBackend())
+    seq = log.last_seq()
+    assert controls.set_mode("fuse") == ("DEFER_NEVER", "DEFER_AND_FUSE")
+    with controls.mode("blocking"):
+        assert fake_tpu.eager_mode is mode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+    assert fake_tpu.eager_mode is mode.DEFER_AND_FUSE
+    controls.set_mode("fuse")  # no change: nothing published
+    assert [e.summary for e in log.since(seq, "mode_change")] == [
+        "eager mode DEFER_NEVER -> DEFER_AND_FUSE",
+        "eager mode DEFER_AND_FUSE -> DEFER_NEVER_AND_LAUNCH_BLOCKING",
+        "eager mode DEFER_NEVER_AND_LAUNCH_BLOCKING -> DEFER_AND_FUSE",
+    ]

@@ -8,8 +8,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from tpu_lab.errors import TpuLabError
-from tpu_lab.sharding import ShardingError, layout_info, model_layout, sharding_info
+from tpu_lab.errors import ShardingError, TpuLabError
+from tpu_lab.sharding import layout_info, model_layout, sharding_info
 from tpu_lab.sharding.info import REPLICATE, Split, format_box, shard
 from tpu_lab.sharding.mesh import SimulatedMesh, per_chip
 

@@ -7,8 +7,9 @@ import torch
 import torch.distributed as dist
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from tpu_lab.errors import ShardingError
 from tpu_lab.models import TINY_LLAMA
-from tpu_lab.sharding import ShardingError, SimulatedMesh, plan, sharding_info, simulate
+from tpu_lab.sharding import SimulatedMesh, plan, sharding_info, simulate
 from tpu_lab.sharding.mesh import per_chip, tolerance
 
 LLAMA4 = dict(TINY_LLAMA, num_key_value_heads=4)

@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tpu_lab.errors import TopologyError
+from tpu_lab.errors import ShardingError, TopologyError
 from tpu_lab.models import TINY_LLAMA
-from tpu_lab.sharding import ShardingError, plan
+from tpu_lab.sharding import plan
 
 #: The tiny Llama with as many key/value heads as query heads, so that 4 chips divide them.
 LLAMA4 = dict(TINY_LLAMA, num_key_value_heads=4)

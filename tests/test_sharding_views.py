@@ -1,5 +1,5 @@
-"""Sharding views: text at a fixed width compared with the expected picture; HTML escaped and
-self-contained; view() dispatch; matplotlib figures."""
+"""Sharding views (tpu_lab.views.sharding): text at a fixed width compared with the expected
+picture; HTML escaped and self-contained; view() dispatch; matplotlib figures."""
 
 from __future__ import annotations
 
@@ -9,10 +9,19 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
+import tpu_lab
+from tpu_lab.errors import ShardingError
 from tpu_lab.models import TINY_LLAMA
-from tpu_lab.sharding import ShardingError, figure, plan, simulate, view
+from tpu_lab.sharding import figure, plan, simulate, view
 from tpu_lab.sharding.info import REPLICATE, Split, layout_info, model_layout, shard
-from tpu_lab.sharding.views import CHIP_COLORS, LayoutView, MemoryView, ShardingView
+from tpu_lab.views.sharding import (
+    CHIP_COLORS,
+    LayoutView,
+    MeshRunView,
+    PlanMemoryView,
+    PlanView,
+    ShardingView,
+)
 
 LLAMA4 = dict(TINY_LLAMA, num_key_value_heads=4)
 
@@ -77,7 +86,7 @@ LlamaForCausalLM on 4 chips (mesh tp=4): 23 tensors, 449.31 KiB unsharded,
 
 def test_hbm_bars_against_capacity():
     gib = 1 << 30
-    bars = MemoryView((10 * gib, 2 * gib, 15 * gib), (6 * gib, 6 * gib, 6 * gib), 16 * gib,
+    bars = PlanMemoryView((10 * gib, 2 * gib, 15 * gib), (6 * gib, 6 * gib, 6 * gib), 16 * gib,
                       "HBM, TPU v5e")
     assert bars.to_text(80) == """\
 HBM, TPU v5e: 16.00 GiB per chip (█ weights, ▒ activations, ░ free)
@@ -88,7 +97,7 @@ HBM, TPU v5e: 16.00 GiB per chip (█ weights, ▒ activations, ░ free)
 
 
 def test_plan_text(tiny_plan):
-    assert tiny_plan.to_text(80).splitlines()[:14] == [
+    assert view(tiny_plan).to_text(80).splitlines()[:14] == [
         "Plan: LlamaForCausalLM (config), tensor parallel over 4 chips of TPU v6e",
         "  (v6e-4), f32 weights",
         "fits: up to 189.31 KiB of 32.00 GiB HBM per chip",
@@ -104,13 +113,14 @@ def test_plan_text(tiny_plan):
         "  chip 2  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
         "  chip 3  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
     ]
-    bundle = tiny_plan._repr_mimebundle_()
+    bundle = view(tiny_plan)._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}
+    assert tpu_lab.view(tiny_plan).to_text(80) == view(tiny_plan).to_text(80)
 
 
 def test_html_is_escaped_and_self_contained(tiny_plan):
     info = layout_info((8, 4), torch.float32, (4,), (shard(0),))
-    pages = [ShardingView(info, "<img src=x onerror=alert(1)>").to_html(), tiny_plan.to_html()]
+    pages = [ShardingView(info, "<img src=x onerror=alert(1)>").to_html(), view(tiny_plan).to_html()]
     for page in pages:
         assert "<script" not in page and "<img" not in page
         assert "http" not in page and "src=" not in page.replace("&lt;img src=", "")
@@ -120,7 +130,8 @@ def test_html_is_escaped_and_self_contained(tiny_plan):
 
 
 def test_view_dispatches_on_what_it_is_given(tiny_plan):
-    assert view(tiny_plan) is tiny_plan
+    drawn = view(tiny_plan)
+    assert isinstance(drawn, PlanView) and drawn.plan is tiny_plan and view(drawn) is drawn
     assert isinstance(view(torch.ones(2, 3)), ShardingView)
     lin = torch.nn.Linear(4, 2)
     table = view(lin)
@@ -135,27 +146,28 @@ def test_mesh_run_view():
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
     run = simulate(mlp, torch.randn(2, 8), chips=2, tp_plan={"0": "colwise", "2": "rowwise"})
-    lines = run.to_text(90).splitlines()
+    assert isinstance(view(run), MeshRunView) and isinstance(tpu_lab.view(run), MeshRunView)
+    lines = view(run).to_text(90).splitlines()
     assert lines[0] == ("Simulated mesh: Sequential, tensor parallel over 2 chips (one process, "
                         "CPU shards,")
     assert lines[2].startswith("output vs unsharded: max |diff| ")
-    assert "equal within rtol 0.0001 atol 1e-05 on every chip" in run.to_text(200)
+    assert "equal within rtol 0.0001 atol 1e-05 on every chip" in view(run).to_text(200)
     assert "communication in the forward: all_reduce x1" in lines
     # up: half of 16x8 + half of 8 bias; down: half of 8x16 + whole 8 bias: 144 floats
     assert "real shards per chip: 576 B, 576 B" in lines
-    assert "equal within" in run.to_html()
+    assert "equal within" in view(run).to_html()
 
 
 def test_figures_of_a_plan_a_run_and_a_tensor(tiny_plan):
     from matplotlib.figure import Figure
 
     info = layout_info((8, 6, 4), torch.bfloat16, (2, 2), (shard(0), shard(2)), ("dp", "tp"))
-    for fig in (tiny_plan.figure(), figure(info), figure(tiny_plan.layout),
-                view(info).figure()):
+    for fig in (figure(tiny_plan), figure(info), figure(tiny_plan.layout),
+                figure(torch.ones(2, 3), name="ones")):
         assert isinstance(fig, Figure) and len(fig.axes) == 2
         png = io.BytesIO()
         fig.savefig(png, format="png")
         assert png.getvalue().startswith(b"\x89PNG")
-    mesh_axis = tiny_plan.figure().axes[0]
+    mesh_axis = figure(tiny_plan).axes[0]
     assert [t.get_text() for t in mesh_axis.texts][:2] == ["chip 0\n189.31 KiB",
                                                            "chip 1\n189.31 KiB"]

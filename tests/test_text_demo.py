@@ -27,6 +27,8 @@ from gradio_client.exceptions import AppError  # noqa: E402
 from _browser import served  # noqa: E402
 from tpu_lab.apps import text as app  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
+from tpu_lab.controls import COMPILED, EAGER, FUSE  # noqa: E402
+from tpu_lab.errors import DemoInputError  # noqa: E402
 from tpu_lab.models import chars_model  # noqa: E402
 from tpu_lab.models.chars import (  # noqa: E402
     CHARS,
@@ -38,7 +40,7 @@ from tpu_lab.models.chars import (  # noqa: E402
 )
 
 DEFAULTS = {"prompt": "Beautiful is", "max_new_tokens": 24, "temperature": 0, "seed": 0,
-            "mode": app.EAGER}  # fmt: skip
+            "mode": EAGER.value}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -131,19 +133,19 @@ def test_generate_returns_text_and_events(client):
 
 def test_compiled_mode_compiles_once_for_every_length(client):
     eager, _, _ = _call(client, max_new_tokens=30)
-    text, html, first = _call(client, mode=app.COMPILED, max_new_tokens=30)
+    text, html, first = _call(client, mode=COMPILED.value, max_new_tokens=30)
     assert text == eager
     assert [e["kind"] for e in first["events"]] == ["compile"]
     assert "compiled" in html
-    longer, _, again = _call(client, mode=app.COMPILED, max_new_tokens=50, prompt="Now is")
+    longer, _, again = _call(client, mode=COMPILED.value, max_new_tokens=50, prompt="Now is")
     assert again["events"] == [] and "compile" not in again["counts"]
-    assert "No compilation in this request" in _call(client, mode=app.COMPILED)[1]
+    assert "No compilation in this request" in _call(client, mode=COMPILED.value)[1]
     assert longer.startswith("Now is better than never.")
 
 
 def test_defer_and_fuse_reports_cache_statistics(client):
-    _call(client, mode=app.FUSED, max_new_tokens=4)
-    _, html, report = _call(client, mode=app.FUSED, max_new_tokens=4)
+    _call(client, mode=FUSE.value, max_new_tokens=4)
+    _, html, report = _call(client, mode=FUSE.value, max_new_tokens=4)
     cache = report["cache"]
     assert cache["requests"] == cache["hits"] + cache["misses"] > 0
     assert cache["hits"] > 0
@@ -173,21 +175,21 @@ def test_gradio_checks_the_slider(client):
 
 
 def test_check_request_names_the_field():
-    with pytest.raises(app.DemoInputError) as info:
-        app.check_request("Flat", 40, -0.5, 0, app.EAGER)
+    with pytest.raises(DemoInputError) as info:
+        app.check_request("Flat", 40, -0.5, 0, EAGER.value)
     assert str(info.value) == "Temperature must be a number from 0 to 2; got -0.5."
-    with pytest.raises(app.DemoInputError) as info:
+    with pytest.raises(DemoInputError) as info:
         app.check_request("Flat", 40, 0, 0, "fast")
     assert str(info.value) == (
-        "mode must be one of eager, eager (DEFER_AND_FUSE), compiled; got 'fast'."
+        "mode must be one of eager, fuse, compiled; got 'fast'."
     )
-    with pytest.raises(app.DemoInputError, match="Prompt has 2001 characters; use at most 2000"):
-        app.check_request("x" * 2001, 40, 0, 0, app.EAGER)
+    with pytest.raises(DemoInputError, match="Prompt has 2001 characters; use at most 2000"):
+        app.check_request("x" * 2001, 40, 0, 0, EAGER.value)
 
 
 def test_check_request_accepts_what_the_widgets_send():
-    request = app.check_request("Flat", 40.0, 0.7, "3", app.COMPILED)
-    assert request == app.Request("Flat", 40, 0.7, 3, app.COMPILED)
+    request = app.check_request("Flat", 40.0, 0.7, "3", COMPILED.value)
+    assert request == app.Request("Flat", 40, 0.7, 3, COMPILED.value)
 
 
 def test_cli_help(capsys):

@@ -7,8 +7,8 @@ import re
 import torch
 
 import tpu_lab
-from tpu_lab.device.driver import MemoryStats
 from tpu_lab.events import Event
+from tpu_lab.hbm import MemoryStats
 from tpu_lab.runtime import DeviceStatus
 from tpu_lab.views import StatusView
 

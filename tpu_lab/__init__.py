@@ -12,7 +12,10 @@ import warnings
 
 from .errors import (
     BackendConflictError,
+    DemoInputError,
+    MediaError,
     NotSimulatedError,
+    ShardingError,
     SpmdError,
     TopologyError,
     TpuLabError,
@@ -23,7 +26,10 @@ from .runtime import backend
 __version__ = "0.1.0"
 __all__ = [
     "BackendConflictError",
+    "DemoInputError",
+    "MediaError",
     "NotSimulatedError",
+    "ShardingError",
     "SpmdError",
     "TopologyError",
     "TpuLabError",
@@ -37,16 +43,18 @@ __all__ = [
     "status",
     "timed",
     "use_topology",
+    "view",
 ]
 
 
 def status():
-    """Backend, device, topology, HBM and eager mode of the "tpu" device in this process."""
+    """Backend, device, topology, HBM and eager mode of the "tpu" device in this process (a
+    ``DeviceStatus``; ``print(tpu_lab.view(tpu_lab.status()))`` draws it in a terminal)."""
     return backend().status()
 
 
 def dashboard(**options):
-    """The live dashboard widget (``%tpu dashboard``): HBM per chip, the eager/compiled switch,
+    """The live dashboard widget (``%tpu dashboard``): HBM per chip, the eager-mode switch,
     the compile-cache hit rate and the event feed; needs ``pip install 'tpu-lab[lab]'``."""
     from .views.dashboard import Dashboard
 
@@ -61,24 +69,6 @@ def event_log(kind: str | None = None, cell: int | None = None):
     return EventLogView(log.events(kind, cell))
 
 
-def explain(seq: int | None = None):
-    """Why recompile or cache-miss event ``seq`` happened (default: the latest), as a view."""
-    from .events import log
-    from .views import ExplanationView
-
-    recompiles = log.events(("recompile", "cache_miss"))
-    if seq is None:
-        if not recompiles:
-            raise TpuLabError("Nothing to explain: no recompilation has been recorded yet.")
-        return ExplanationView(recompiles[-1])
-    match = [e for e in log.events() if e.seq == seq]
-    if not match:
-        raise TpuLabError(
-            f"No event #{seq} in the log; recompile events: {[e.seq for e in recompiles]}."
-        )
-    return ExplanationView(match[0])
-
-
 def __getattr__(name: str):
     if name == "timed":
         from .timing import timed
@@ -88,6 +78,14 @@ def __getattr__(name: str):
         from .media import preview
 
         return preview
+    if name == "view":
+        from .views import view
+
+        return view
+    if name == "explain":
+        from .views.events import explain
+
+        return explain
     raise AttributeError(f"module 'tpu_lab' has no attribute '{name}'")
 
 

@@ -1,50 +1,93 @@
-"""What a notebook switches: the eager mode by its short name, the simulated topology, and a
-fresh start of the record (``reset``). The ``%tpu`` magics call these and nothing else.
+"""What a notebook switches: the way code runs (:data:`MODES`), the simulated topology, and a
+fresh start of the record (``reset``). The ``%tpu`` magics, the dashboard's toggle and the demo
+apps call these and nothing else.
 
-Short eager-mode names (``%tpu mode NAME``):
+The modes, one table for every front end (``value`` is what ``%tpu mode``, the dashboard and
+the demos' API take, ``label`` what their buttons say):
 
-- ``eager``: ``EagerMode.DEFER_NEVER``, op by op (TorchTPU's default).
-- ``blocking``: ``EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING``, op by op, waiting for each op.
-- ``fuse``: ``EagerMode.DEFER_AND_FUSE``, ops recorded until a sync point, then compiled as one
-  graph and cached.
-- ``compile``: the same ``DEFER_AND_FUSE``. It is TorchTPU's only eager mode that compiles;
-  graph mode proper is ``torch.compile(fn, backend="tpu")``, which applies to a function, not
-  to a cell, so a whole cell is "compiled" the way TorchTPU compiles eager code.
+- ``eager``: op by op, as written (``EagerMode.DEFER_NEVER``, TorchTPU's default).
+- ``fuse``: ``EagerMode.DEFER_AND_FUSE``, TorchTPU's eager compile cache: ops are recorded until
+  a sync point, then compiled as one graph and cached.
+- ``blocking``: ``EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING``, op by op, waiting for each one.
+- ``compiled``: the model under ``torch.compile(backend="tpu")``. Not an eager mode: it applies
+  to a function or model (the demos compile theirs), never to a session or a cell.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 from .errors import TpuLabError
 
-#: Short name -> ``torch.tpu.EagerMode`` member name.
-MODES = {
-    "eager": "DEFER_NEVER",
-    "fuse": "DEFER_AND_FUSE",
-    "compile": "DEFER_AND_FUSE",
-    "blocking": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
-}
-_SHORT = {"DEFER_NEVER": "eager", "DEFER_AND_FUSE": "fuse",
-          "DEFER_NEVER_AND_LAUNCH_BLOCKING": "blocking"}  # fmt: skip
+
+@dataclass(frozen=True)
+class Mode:
+    """One way to run code on "tpu": ``eager_mode`` is the ``torch.tpu.EagerMode`` member it
+    sets, ``None`` for ``compiled`` (``torch.compile``, which a session cannot switch to)."""
+
+    value: str
+    label: str
+    meaning: str
+    eager_mode: str | None
 
 
-def short_mode_name(mode) -> str:
-    """``EagerMode.DEFER_AND_FUSE`` (or its name) -> ``"fuse"``; unknown names unchanged."""
-    name = getattr(mode, "name", str(mode))
-    return _SHORT.get(name, name)
+EAGER = Mode(
+    "eager", "Eager", "op by op, as written (DEFER_NEVER, TorchTPU's default)", "DEFER_NEVER"
+)
+FUSE = Mode(
+    "fuse",
+    "DEFER_AND_FUSE",
+    "eager ops recorded until a sync point, then compiled as one graph and cached "
+    "(DEFER_AND_FUSE, TorchTPU's eager compile cache)",
+    "DEFER_AND_FUSE",
+)
+BLOCKING = Mode(
+    "blocking",
+    "Blocking",
+    "op by op, waiting for each op to finish: for debugging (DEFER_NEVER_AND_LAUNCH_BLOCKING)",
+    "DEFER_NEVER_AND_LAUNCH_BLOCKING",
+)
+COMPILED = Mode(
+    "compiled",
+    "Compiled",
+    'the model under torch.compile(backend="tpu"): a graph per input shape, compiled on first '
+    "use and reused",
+    None,
+)
+#: Every mode, in the order front ends offer them.
+MODES = (EAGER, FUSE, BLOCKING, COMPILED)
+#: The modes a session (``%tpu mode``, the dashboard's toggle) switches between.
+EAGER_MODES = tuple(m for m in MODES if m.eager_mode is not None)
+
+
+def find_mode(value: str, offered: tuple[Mode, ...] = MODES) -> Mode:
+    """The mode of ``offered`` whose value is ``value``, or a :class:`TpuLabError` naming them."""
+    for m in offered:
+        if m.value == value:
+            return m
+    raise TpuLabError(
+        f"mode must be one of {', '.join(m.value for m in offered)}; got {value!r}."
+    )
+
+
+def mode_of(eager_mode) -> Mode | None:
+    """The mode that sets ``eager_mode`` (a ``torch.tpu.EagerMode`` or its name), if any."""
+    name = getattr(eager_mode, "name", str(eager_mode))
+    return next((m for m in EAGER_MODES if m.eager_mode == name), None)
 
 
 def eager_mode(name: str):
-    """The ``torch.tpu.EagerMode`` for a short name (``fuse``) or a member name."""
+    """The ``torch.tpu.EagerMode`` for a mode's value (``fuse``) or a member name."""
     import torch
 
     key = name.strip()
-    member = MODES.get(key.lower(), key.upper())
+    member = next((m.eager_mode for m in EAGER_MODES if m.value == key.lower()), key.upper())
     if member not in torch.tpu.EagerMode.__members__ or member.startswith("_"):
         raise TpuLabError(
-            f"Unknown eager mode {name!r}; use one of {', '.join(MODES)} "
-            "(or a torch.tpu.EagerMode name such as DEFER_AND_FUSE)."
+            f"Unknown eager mode {name!r}; use one of "
+            f"{', '.join(m.value for m in EAGER_MODES)}, or a torch.tpu.EagerMode name: "
+            f"{', '.join(m.eager_mode for m in EAGER_MODES)}."
         )
     return torch.tpu.EagerMode[member]
 
@@ -57,20 +100,35 @@ def current_mode():
 
 def set_mode(name: str) -> tuple[str, str]:
     """Switch the eager mode for the session; returns the old and new member names."""
-    import torch
+    from .runtime import backend
 
     new = eager_mode(name)
-    old = torch.tpu.eager_mode
-    torch.tpu.eager_mode = new
+    old = current_mode()
+    backend().set_eager_mode(new)
     return old.name, new.name
 
 
 def mode(name: str) -> contextlib.AbstractContextManager:
     """``with controls.mode("fuse"): ...``: the previous mode comes back on exit, also when the
-    block raises (``torch.tpu.set_eager_mode``)."""
-    import torch
+    block raises."""
+    from .runtime import backend
 
-    return torch.tpu.set_eager_mode(eager_mode(name))
+    return backend().eager_mode(eager_mode(name))
+
+
+def running(value: str, offered: tuple[Mode, ...] = MODES) -> contextlib.AbstractContextManager:
+    """The block in mode ``value`` of ``offered``: its eager mode, or the session's as it is
+    for ``compiled`` (whoever runs the block compiles the model)."""
+    chosen = find_mode(value, offered)
+    return contextlib.nullcontext() if chosen.eager_mode is None else mode(chosen.value)
+
+
+def current_topology() -> tuple[str, int]:
+    """(generation, chips) of the topology this process runs on."""
+    from .runtime import backend
+
+    status = backend().status()
+    return status.topology.rsplit("-", 1)[0], status.chips
 
 
 def use(
@@ -89,8 +147,7 @@ def use(
             raise TpuLabError(
                 "Name a topology, for example 'v6e-4', or give --generation and/or --chips."
             )
-        current = backend().status().topology
-        generation = generation or current.rsplit("-", 1)[0]
+        generation = generation or current_topology()[0]
         topology = generation if chips is None else f"{generation}-{chips}"
     return backend().use_topology(topology)
 

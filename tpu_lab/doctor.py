@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
 from .runtime import select
-from .runtime.base import _chips
+from .views.base import counted
 
 #: The torch minor versions the bundled device is tested on (scripts/torch_matrix.sh).
 TESTED_TORCH = ("2.11", "2.12", "2.13", "2.14")
@@ -124,7 +124,7 @@ def diagnose() -> Report:
         s = active.status()
         r.rows.append(("backend", s.backend + (" (simulated)" if s.simulated else "")))
         r.rows.append(("device", f"tpu:0 = {s.device_name}"))
-        r.rows.append(("topology", f"{s.topology} {s.topology_shape}, {_chips(s.chips)}"))
+        r.rows.append(("topology", f"{s.topology} {s.topology_shape}, {counted(s.chips, 'chip')}"))
         r.rows.append(("HBM per chip", _gib(s.memory.capacity)))
         r.rows.append(("eager mode", s.eager_mode))
         if s.simulated:

@@ -24,3 +24,15 @@ class NotSimulatedError(TpuLabError, NotImplementedError):
 
 class SpmdError(TpuLabError, RuntimeError):
     """An SPMD cell failed on some ranks (raised, died or hung), or the cluster is not running."""
+
+
+class ShardingError(TpuLabError, ValueError):
+    """A plan that cannot shard a model, or a mesh that cannot be built."""
+
+
+class MediaError(TpuLabError, ValueError):
+    """Input that cannot be shown or saved as an image or video."""
+
+
+class DemoInputError(TpuLabError, ValueError):
+    """An input of a demo app outside what it accepts."""

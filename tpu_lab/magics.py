@@ -3,9 +3,9 @@
 Each subcommand is declared once in :data:`COMMANDS` (its help, its arguments, whether it takes
 a cell); the parsers (IPython's ``MagicArgumentParser``), ``%tpu?`` / ``%tpu --help`` and tab
 completion are all built from that table. The work is done by :mod:`tpu_lab.controls`, the
-views and the sharding, cluster, media and dashboard modules, imported when first used. Bad
-input and errors of those modules (``TpuLabError``) are shown as a ``UsageError``: one message
-with the fix, no traceback.
+views and the sharding, cluster, media and dashboard modules, imported when first used; what
+they return is shown as its view (:func:`tpu_lab.views.view`). Bad input and errors of those
+modules (``TpuLabError``) are shown as a ``UsageError``: one message with the fix, no traceback.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from IPython.core.magic_arguments import (
 from IPython.display import Image, display
 from IPython.utils.process import arg_split
 
+from .controls import EAGER_MODES, FUSE, MODES
 from .errors import TpuLabError
 from .events import KINDS
+from .views import lookup
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,8 @@ class Command:
     cell: bool = False
 
 
-_MODES = ("eager", "fuse", "blocking", "compile")
-_CELL = ("%%tpu compile", "%%tpu mode MODE", "%%tpu time", "%%tpu profile", "%%tpu spmd")
+_MODES = tuple(m.value for m in EAGER_MODES)
+_CELL = ("%%tpu mode MODE", "%%tpu time", "%%tpu profile", "%%tpu spmd")
 
 COMMANDS: dict[str, Command] = {
     c.name: c
@@ -85,17 +87,12 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "mode",
-            "the eager mode for the session (%tpu mode fuse) or one cell (%%tpu mode fuse): "
-            "eager = DEFER_NEVER, fuse and compile = DEFER_AND_FUSE, blocking = "
-            "DEFER_NEVER_AND_LAUNCH_BLOCKING; no mode: show the current one",
+            "the eager mode for the session (%tpu mode fuse) or one cell (%%tpu mode fuse; the "
+            "previous mode comes back after the cell, also when it raises): "
+            + "; ".join(f"{m.value} = {m.meaning}" for m in EAGER_MODES)
+            + "; no mode: show the current one. Compiled code is a function or model under "
+            'torch.compile(fn, backend="tpu"), not a mode of the session',
             (Arg(("mode",), {"nargs": "?", "choices": _MODES, "help": "|".join(_MODES)}),),
-            cell=True,
-        ),
-        Command(
-            "compile",
-            "run this cell in DEFER_AND_FUSE (eager ops compiled at sync points, graphs cached); "
-            "the previous mode comes back after the cell, also when it raises",
-            line=False,
             cell=True,
         ),
         Command(
@@ -267,6 +264,31 @@ def _overview() -> str:
     return "\n".join(lines)
 
 
+def _unknown(name: str) -> str:
+    """What to say of ``%tpu NAME`` when NAME is no subcommand (a mode's name, or a typo)."""
+    modes = {m.value: m for m in MODES}
+    like_mode = difflib.get_close_matches(name, modes, n=1, cutoff=0.8)
+    if like_mode:
+        mode = modes[like_mode[0]]
+        if mode.eager_mode is None:
+            return (
+                f"%tpu: {name!r} is not a subcommand. Compiled code is a function or model under "
+                'torch.compile(fn, backend="tpu"), not a mode of a session or a cell; '
+                f"%%tpu mode {FUSE.value} runs a cell in {FUSE.label} (TorchTPU's eager compile "
+                "cache)."
+            )
+        return (
+            f"%tpu: {name!r} is a mode, not a subcommand: %tpu mode {mode.value} switches the "
+            f"session to it, %%tpu mode {mode.value} one cell."
+        )
+    close = difflib.get_close_matches(name, COMMANDS, n=1)
+    hint = f"Did you mean %tpu {close[0]}? " if close else ""
+    return (
+        f"%tpu: unknown subcommand {name!r}. {hint}Subcommands: {', '.join(COMMANDS)} "
+        "(%tpu --help describes them)."
+    )
+
+
 def _error(name: str, message: str) -> UsageError:
     parser = PARSERS[name]
     return UsageError(
@@ -320,12 +342,7 @@ class TpuMagics(Magics):
             return None
         command = COMMANDS.get(name)
         if command is None:
-            close = difflib.get_close_matches(name, COMMANDS, n=1)
-            hint = f"Did you mean %tpu {close[0]}? " if close else ""
-            raise UsageError(
-                f"%tpu: unknown subcommand {name!r}. {hint}Subcommands: "
-                f"{', '.join(COMMANDS)} (%tpu --help describes them)."
-            )
+            raise UsageError(_unknown(name))
         if "-h" in tokens[1:] or "--help" in tokens[1:]:
             print(PARSERS[name].format_help())
             return None
@@ -336,10 +353,8 @@ class TpuMagics(Magics):
             )
         if cell is None and not command.line:
             raise UsageError(
-                f"%tpu {name} needs a cell: put %%tpu {name} on the first line of the cell"
-                + (", or use %tpu mode compile for the rest of the session." if name == "compile"
-                   else ".")
-            )  # fmt: skip
+                f"%tpu {name} needs a cell: put %%tpu {name} on the first line of the cell."
+            )
         try:
             args = PARSERS[name].parse_args(tokens[1:])
         except UsageError as exc:
@@ -422,8 +437,9 @@ class TpuMagics(Magics):
                 return self._run(cell)
         if args.mode is None:
             current = controls.current_mode()
+            known = controls.mode_of(current)
             print(
-                f"eager mode: {current.name} ({controls.short_mode_name(current)}); "
+                f"eager mode: {current.name}{f' ({known.value})' if known else ''}; "
                 f"choose with %tpu mode {'|'.join(_MODES)}"
             )
             return None
@@ -431,13 +447,6 @@ class TpuMagics(Magics):
             old, new = controls.set_mode(args.mode)
         print(f"eager mode: {new} (was {old})")
         return None
-
-    def _compile(self, args, cell):
-        __tracebackhide__ = True  # noqa: F841
-        from . import controls
-
-        with controls.mode("compile"):
-            return self._run(cell)
 
     def _events(self, args, cell):
         from .events import log
@@ -453,7 +462,7 @@ class TpuMagics(Magics):
         display(EventLogView(events[-args.last:] if args.last else events, title))
 
     def _explain(self, args, cell):
-        from . import explain
+        from .views.events import explain
 
         with _shown_as_usage_errors():
             view = explain(args.seq)
@@ -485,24 +494,23 @@ class TpuMagics(Magics):
             model = args.model  # a path to a saved model or config
         chips, generation = args.chips, args.generation
         if chips is None or generation is None:
-            from .runtime import backend
+            from . import controls
 
             with _shown_as_usage_errors():
-                current = backend().status()
-            generation = generation or current.topology.rsplit("-", 1)[0]
-            chips = chips or current.chips
+                current_generation, current_chips = controls.current_topology()
+            generation = generation or current_generation
+            chips = chips or current_chips
         sharding = _module("tpu_lab.sharding")
         with _shown_as_usage_errors():
-            display(
-                sharding.plan(
-                    model,
-                    chips=chips,
-                    generation=generation,
-                    batch=args.batch,
-                    seq=args.seq,
-                    dtype=None if args.dtype is None else getattr(_module("torch"), args.dtype),
-                )
+            plan = sharding.plan(
+                model,
+                chips=chips,
+                generation=generation,
+                batch=args.batch,
+                seq=args.seq,
+                dtype=None if args.dtype is None else getattr(_module("torch"), args.dtype),
             )
+            display(lookup.view(plan))
 
     def _cluster(self, args, cell):
         cluster = _module("tpu_lab.sharding.cluster")
@@ -522,25 +530,15 @@ class TpuMagics(Magics):
                 result = cluster.restart()
             else:
                 result = cluster.current()
-                if result is None:
-                    raise UsageError(
-                        "No cluster is running; start one with %tpu cluster start v6e-4."
-                    )
         if result is None:
             print(f"cluster: {args.action} done")
         else:
-            display(result)
+            display(lookup.view(result))
 
     def _spmd(self, args, cell):
         cluster = _module("tpu_lab.sharding.cluster")
         with _shown_as_usage_errors():
-            current = cluster.current()
-            if current is None:
-                raise UsageError(
-                    "%%tpu spmd runs the cell on a cluster, and none is running; start one "
-                    "with %tpu cluster start v6e-4."
-                )
-            display(current.run_cell(cell))
+            display(lookup.view(cluster.current().run_cell(cell)))
 
     def _preview(self, args, cell):
         obj = self._lookup(args.var, "preview")
@@ -551,7 +549,7 @@ class TpuMagics(Magics):
         if args.fps is not None:
             options["fps"] = args.fps
         with _shown_as_usage_errors():
-            display(media.preview(obj, **options))
+            display(lookup.view(media.preview(obj, **options)))
 
     def _time(self, args, cell):
         __tracebackhide__ = True  # noqa: F841
@@ -579,7 +577,7 @@ class TpuMagics(Magics):
         self.shell.user_ns["_tpu_profile"] = profile
         if args.trace is not None:
             profile.export_chrome_trace(args.trace)
-        display(profile.showing(args.top))
+        display(lookup.view(profile, top=args.top))
         if args.trace is not None:
             print(f"Chrome trace written to {args.trace} (open it at https://ui.perfetto.dev)")
         return value
@@ -674,6 +672,7 @@ def register(shell) -> None:
     shell.register_magics(TpuMagics)
     for key in ("%tpu", "%%tpu"):
         shell.set_hook("complete_command", _completer, str_key=key)
+    lookup.register_formatters(shell)  # data objects left as a cell's value show as their views
     from .events.context import follow
 
     follow(shell)  # cell numbers for events, and each cell's compilations when it ends

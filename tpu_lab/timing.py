@@ -44,14 +44,13 @@ class timed:  # noqa: N801 - used like contextlib's context managers
         self.label = label
 
     def __enter__(self) -> Timing:
-        from . import backend
+        from .runtime import backend
 
         simulated = backend().simulated
         if not simulated:  # the bundled device never has queued work
             torch.accelerator.synchronize()
-        latest = events.log.events()
         self.timing = Timing(self.label, simulated=simulated)
-        self.timing._first_seq = latest[-1].seq if latest else 0
+        self.timing._first_seq = events.log.last_seq()
         self._start = time.perf_counter()
         return self.timing
 
@@ -60,7 +59,7 @@ class timed:  # noqa: N801 - used like contextlib's context managers
         if not t.simulated:
             torch.accelerator.synchronize()
         t.seconds = time.perf_counter() - self._start
-        inside = [e for e in events.log.events() if e.seq > t._first_seq]
+        inside = events.log.since(t._first_seq)
         compiled = [e for e in inside if e.kind in ("compile", "recompile")]
         t.compilations = len(compiled)
         t.compile_seconds = sum(e.details.get("compile_seconds", 0.0) for e in compiled)

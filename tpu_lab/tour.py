@@ -21,7 +21,7 @@ def run() -> int:
     import tpu_lab
 
     _step("The device")
-    print(tpu_lab.status())
+    print(tpu_lab.view(tpu_lab.status()))
 
     _step("Tensors on 'tpu'")
     x = torch.arange(6.0, device="tpu").reshape(2, 3)

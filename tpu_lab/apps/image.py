@@ -2,8 +2,8 @@
 
 A Gradio Blocks app. Inputs: the digit, how many to draw (the batch: changing it changes the
 shape the UNet sees, so a compiled UNet recompiles, and the panel says why), denoising steps,
-seed, classifier-free guidance scale, display scale, and the execution mode (eager, eager with
-TorchTPU's ``DEFER_AND_FUSE`` compile cache, or the UNet under
+seed, classifier-free guidance scale, display scale, and the mode (:data:`.shared.DEMO_MODES`:
+eager, TorchTPU's ``DEFER_AND_FUSE`` compile cache, or the UNet compiled:
 ``torch.compile(backend="tpu")``). Outputs: the image, the denoising trajectory as an H.264
 video, and the request's compilations, recompilations (with their reasons) and cache
 statistics from :mod:`tpu_lab.events`. Requests queue one at a time (the device runs one
@@ -17,16 +17,27 @@ import inspect
 import json
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from ..controls import COMPILED
 from ..errors import TpuLabError
 from . import entry_points
+from .shared import (
+    FPS,
+    MAX_SEED,
+    check_mode,
+    device_line,
+    enlarge,
+    measured,
+    mode_input,
+    real,
+    report_html,
+    report_outputs,
+    trajectory_output,
+    whole,
+)
 
-#: Execution modes offered by the app.
-EAGER, FUSED, COMPILED = "eager", "eager (DEFER_AND_FUSE)", "compiled"
-MODES = (EAGER, FUSED, COMPILED)
 #: Allowed ranges of the inputs (inclusive).
 MAX_COUNT = 16
 MAX_STEPS = 200
@@ -34,15 +45,6 @@ MAX_SCALE = 32
 #: The digits model's guidance range: above 2 its samples turn to speckle (measured: see
 #: tpu_lab.models.digits).
 MAX_GUIDANCE = 2.0
-MAX_SEED = 2**32 - 1
-#: Frames per second of the trajectory video.
-FPS = 8
-#: Event kinds shown in the panel (syncs and transfers are only counted).
-SHOWN = ("compile", "recompile", "cache_miss", "mode_change", "oom")
-
-
-class DemoInputError(TpuLabError, ValueError):
-    """An input of the demo outside what it accepts."""
 
 
 @dataclass(frozen=True)
@@ -58,62 +60,17 @@ class Request:
     mode: str
 
 
-@dataclass
-class Report:
-    """What the device did for one request: events, cache statistics, time."""
-
-    mode: str
-    seconds: float
-    events: list[dict[str, Any]] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
-    cache: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "seconds": round(self.seconds, 3),
-            "counts": self.counts,
-            "cache": self.cache,
-            "events": self.events,
-        }
-
-
-def _whole(value: Any, name: str, low: int, high: int) -> int:
-    number = value
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-    if isinstance(number, float) and number.is_integer():
-        number = int(number)
-    if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
-        raise DemoInputError(f"{name} must be a whole number from {low} to {high}; got {value!r}.")
-    return number
-
-
-def _real(value: Any, name: str, low: float, high: float) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or isinstance(value, bool) or not low <= number <= high:
-        raise DemoInputError(f"{name} must be a number from {low:g} to {high:g}; got {value!r}.")
-    return number
-
-
 def check_request(label, count, steps, seed, guidance, scale, mode, classes: int = 10) -> Request:
-    """The inputs as a :class:`Request`, or a :class:`DemoInputError` saying what to change."""
-    if mode not in MODES:
-        raise DemoInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+    """The inputs as a :class:`Request`, or a :class:`~tpu_lab.errors.DemoInputError` saying
+    what to change."""
     return Request(
-        label=_whole(label, "Class", 0, classes - 1),
-        count=_whole(count, "Images", 1, MAX_COUNT),
-        steps=_whole(steps, "Steps", 1, MAX_STEPS),
-        seed=_whole(seed, "Seed", 0, MAX_SEED),
-        guidance=_real(guidance, "Guidance scale", 1.0, MAX_GUIDANCE),
-        scale=_whole(scale, "Display scale", 1, MAX_SCALE),
-        mode=mode,
+        label=whole(label, "Class", 0, classes - 1),
+        count=whole(count, "Images", 1, MAX_COUNT),
+        steps=whole(steps, "Steps", 1, MAX_STEPS),
+        seed=whole(seed, "Seed", 0, MAX_SEED),
+        guidance=real(guidance, "Guidance scale", 1.0, MAX_GUIDANCE),
+        scale=whole(scale, "Display scale", 1, MAX_SCALE),
+        mode=check_mode(mode),
     )
 
 
@@ -169,58 +126,6 @@ def _denoiser(pipe) -> str:
     raise TpuLabError(f"{type(pipe).__name__} has no unet or transformer to compile.")
 
 
-def measured(mode: str, work) -> tuple[Any, Report]:
-    """``work()`` run in ``mode`` (under ``DEFER_AND_FUSE`` for :data:`FUSED`): its result and
-    the :class:`Report` of its time, events and compile-cache statistics."""
-    import torch
-
-    from .. import backend
-
-    seq, cache_before = _last_seq(), backend().cache_stats()
-    start = time.perf_counter()
-    if mode == FUSED:
-        with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
-            result = work()
-    else:
-        result = work()
-    seconds = time.perf_counter() - start
-    events = _events_after(seq)
-    cache_after = backend().cache_stats()
-    report = Report(
-        mode=mode,
-        seconds=seconds,
-        events=[_event_row(e) for e in events if e.kind in SHOWN],
-        counts={
-            k: n
-            for k in ("compile", "recompile", "cache_hit", "cache_miss", "sync", "transfer")
-            if (n := sum(e.kind == k for e in events))
-        },
-        cache={k: cache_after[k] - cache_before[k] for k in cache_after},
-    )
-    return result, report
-
-
-def _events_after(seq: int) -> list:
-    from ..events import log
-
-    return [e for e in log.events() if e.seq > seq]
-
-
-def _last_seq() -> int:
-    from ..events import log
-
-    events = log.events()
-    return events[-1].seq if events else 0
-
-
-def _event_row(e) -> dict[str, Any]:
-    row = {"seq": e.seq, "kind": e.kind, "summary": e.summary}
-    for key in ("reason", "changes", "hints", "compile_seconds", "graph_ops"):
-        if key in e.details:
-            row[key] = e.details[key]
-    return row
-
-
 class ImageDemo:
     """The app's state: one pipeline, its compiled twin (made on first use), a folder for the
     videos, and the handler :meth:`generate`."""
@@ -239,7 +144,7 @@ class ImageDemo:
     def pipeline(self, mode: str):
         """The pipeline for ``mode``: the compiled one has its denoiser under
         ``torch.compile(backend="tpu", fullgraph=True, dynamic=False)``."""
-        if mode != COMPILED:
+        if mode != COMPILED.value:
             return self.pipe
         if self._compiled is None:
             import torch
@@ -253,7 +158,7 @@ class ImageDemo:
         return self._compiled
 
     def run(self, request: Request, on_step=None):
-        """Draw ``request``: (image, MP4 bytes, :class:`Report`)."""
+        """Draw ``request``: (image, MP4 bytes, :class:`~.shared.Report`)."""
         import torch
 
         from ..media import Trajectory, encode_mp4
@@ -279,10 +184,10 @@ class ImageDemo:
         if "guidance_scale" in inspect.signature(pipe.__call__).parameters:
             kwargs["guidance_scale"] = request.guidance
         images, report = measured(request.mode, lambda: pipe(**kwargs).images)
-        frames = [_enlarge(f, request.scale) for f in trajectory.frames()]
+        frames = [enlarge(f, request.scale) for f in trajectory.frames()]
         # The images laid out as the video's frames are (media's grid of the batch).
         picture = grid(list((images * 255).round().astype("uint8")))
-        return _enlarge(picture, request.scale), encode_mp4(frames, fps=FPS), report
+        return enlarge(picture, request.scale), encode_mp4(frames, fps=FPS), report
 
     def generate(self, label, count, steps, seed, guidance, scale, mode, progress=None):
         """The Gradio handler: (image, video path, events HTML, report dict)."""
@@ -298,7 +203,7 @@ class ImageDemo:
             raise gr.Error(str(exc)) from exc
         path = Path(self._videos.name) / f"trajectory-{time.time_ns()}.mp4"
         path.write_bytes(video)
-        return image, str(path), _report_html(report), report.to_dict()
+        return image, str(path), report_html(report), report.to_dict()
 
     def blocks(self):
         """The Gradio Blocks of the app."""
@@ -308,7 +213,7 @@ class ImageDemo:
         with gr.Blocks(title=f"tpu_lab: {self.title}") as demo:
             gr.Markdown(
                 f"## {self.title}\nThe embedded diffusion model on the `tpu` device "
-                f"({_device_line()}). Changing **Images** changes the batch the UNet sees: "
+                f"({device_line()}). Changing **Images** changes the batch the UNet sees: "
                 "in compiled mode that is a recompilation, shown below with its reason."
             )
             with gr.Row():
@@ -330,21 +235,14 @@ class ImageDemo:
                         label="Guidance scale (1 = none)",
                     )
                     scale = gr.Slider(1, MAX_SCALE, value=16, step=1, label="Display scale")
-                    mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
+                    mode = mode_input()
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=2):
                     image = gr.Image(
                         label="Digits", type="pil", format="png", height=320, elem_id="digits-image"
                     )
-                    video = gr.Video(
-                        label="Denoising trajectory",
-                        elem_id="trajectory",
-                        autoplay=True,
-                        loop=True,
-                        height=320,
-                    )
-            events = gr.HTML(label="Device events", elem_id="events")
-            report = gr.JSON(label="Request report", elem_id="report")
+                    video = trajectory_output()
+            events, report = report_outputs()
 
             def generate(label, count, steps, seed, guidance, scale, mode, progress=gr.Progress()):  # noqa: B008 (Gradio's way)
                 return self.generate(label, count, steps, seed, guidance, scale, mode, progress)
@@ -364,45 +262,6 @@ def _default_guidance(pipe) -> float:
     param = inspect.signature(pipe.__call__).parameters.get("guidance_scale")
     value = param.default if param is not None else 1.0
     return min(max(float(value), 1.0), MAX_GUIDANCE) if isinstance(value, (int, float)) else 1.0
-
-
-def _device_line() -> str:
-    from .. import backend
-
-    status = backend().status()
-    return status.device_name + (", on the CPU" if status.simulated else "")
-
-
-def _enlarge(image, scale: int):
-    from PIL import Image
-
-    if scale == 1:
-        return image
-    return image.resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
-
-
-def _report_html(report: Report) -> str:
-    from html import escape
-
-    counts = ", ".join(f"{n} {k}" for k, n in report.counts.items()) or "no events"
-    cache = ", ".join(f"{k} {v}" for k, v in report.cache.items())
-    rows = "".join(
-        f"<tr><td>{e['seq']}</td><td>{escape(e['kind'])}</td><td>{escape(e['summary'])}"
-        + "".join(f"<div>fix: {escape(h)}</div>" for h in e.get("hints", ()))
-        + "</td></tr>"
-        for e in report.events
-    )
-    if rows:
-        table = f"<table><tr><th>#</th><th>kind</th><th>what happened</th></tr>{rows}</table>"
-    elif report.mode == EAGER:
-        table = "<p>Eager: op by op, nothing compiled.</p>"
-    else:
-        table = "<p>No compilation in this request: every graph came from the cache.</p>"
-    return (
-        f"<div class='tpu-lab-events'><p><b>{escape(report.mode)}</b> in "
-        f"{report.seconds:.2f} s (host time) &middot; events: {escape(counts)} &middot; "
-        f"eager compile cache: {escape(cache)}</p>{table}</div>"
-    )
 
 
 build, launch = entry_points(

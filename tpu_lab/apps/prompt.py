@@ -3,8 +3,8 @@
 A Gradio Blocks app around :func:`tpu_lab.models.shapes.shapes_pipeline` (a ``FluxPipeline``).
 Inputs: the prompt, the image size (a new size is a new shape for the transformer: compiled, it
 recompiles, and the panel says why), denoising steps, seed, guidance (``true_cfg_scale`` against
-the empty prompt), display scale, and the execution: eager, eager with TorchTPU's
-``DEFER_AND_FUSE`` compile cache, or the transformer compiled the announcement's way
+the empty prompt), display scale, and the mode (:data:`.shared.DEMO_MODES`): eager,
+TorchTPU's ``DEFER_AND_FUSE`` compile cache, or the transformer compiled the announcement's way
 (``pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)``). Outputs: the image,
 the denoising trajectory as an H.264 video, what the judge of the shapes world sees in the image,
 and the request's compilations, recompilations (with their reasons) and cache statistics.
@@ -18,20 +18,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TpuLabError
+from ..controls import COMPILED
+from ..errors import DemoInputError, TpuLabError
 from . import entry_points
-from .image import (
-    COMPILED,
-    EAGER,
+from .shared import (
     FPS,
-    MODES,
-    DemoInputError,
-    _device_line,
-    _enlarge,
-    _real,
-    _report_html,
-    _whole,
+    MAX_SEED,
+    check_mode,
+    device_line,
+    enlarge,
     measured,
+    mode_input,
+    real,
+    report_html,
+    report_outputs,
+    trajectory_output,
+    whole,
 )
 
 #: Image sizes offered (pixels per side; Flux needs multiples of 4 here: 2x2 patches of a
@@ -42,7 +44,6 @@ MAX_STEPS = 100
 #: judge passes 0 of 100 prompts at 1, 2 and 3).
 MAX_GUIDANCE = 4.0
 MAX_SCALE = 16
-MAX_SEED = 2**32 - 1
 EXAMPLE = "a large red circle in the top left on a black background"
 
 
@@ -59,20 +60,19 @@ class PromptRequest:
 
 def check_prompt_request(prompt, size, steps, seed, guidance, scale, mode) -> PromptRequest:
     """The inputs as a :class:`PromptRequest`, or a :class:`DemoInputError` naming the field."""
-    if mode not in MODES:
-        raise DemoInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+    mode = check_mode(mode)
     if not isinstance(prompt, str) or not prompt.strip():
         raise DemoInputError(f"Prompt must be some words, e.g. {EXAMPLE!r}; got {prompt!r}.")
-    size = _whole(size, "Size", min(SIZES), max(SIZES))
+    size = whole(size, "Size", min(SIZES), max(SIZES))
     if size not in SIZES:
         raise DemoInputError(f"Size must be one of {', '.join(map(str, SIZES))}; got {size}.")
     return PromptRequest(
         prompt=" ".join(prompt.split()),
         size=size,
-        steps=_whole(steps, "Steps", 1, MAX_STEPS),
-        seed=_whole(seed, "Seed", 0, MAX_SEED),
-        guidance=_real(guidance, "Guidance scale", 1.0, MAX_GUIDANCE),
-        scale=_whole(scale, "Display scale", 1, MAX_SCALE),
+        steps=whole(steps, "Steps", 1, MAX_STEPS),
+        seed=whole(seed, "Seed", 0, MAX_SEED),
+        guidance=real(guidance, "Guidance scale", 1.0, MAX_GUIDANCE),
+        scale=whole(scale, "Display scale", 1, MAX_SCALE),
         mode=mode,
     )
 
@@ -106,7 +106,7 @@ class PromptDemo:
     def pipeline(self, mode: str):
         """The pipeline for ``mode``: in compiled mode a twin sharing every component but the
         transformer, which is compiled in place the announcement's way."""
-        if mode != COMPILED:
+        if mode != COMPILED.value:
             return self.pipe
         if self._compiled is None:
             import copy
@@ -152,10 +152,10 @@ class PromptDemo:
             kwargs.update(negative_prompt="", true_cfg_scale=request.guidance)
         images, report = measured(request.mode, lambda: pipe(**kwargs).images)
         image = (images[0] * 255).round().astype("uint8")
-        frames = [_enlarge(f, request.scale) for f in trajectory.frames()]
+        frames = [enlarge(f, request.scale) for f in trajectory.frames()]
         from PIL import Image
 
-        picture = _enlarge(Image.fromarray(image), request.scale)
+        picture = enlarge(Image.fromarray(image), request.scale)
         return picture, encode_mp4(frames, fps=FPS), judged(image, request.prompt), report
 
     def generate(self, prompt, size, steps, seed, guidance, scale, mode, progress=None):
@@ -170,7 +170,7 @@ class PromptDemo:
             raise gr.Error(str(exc)) from exc
         path = Path(self._videos.name) / f"trajectory-{time.time_ns()}.mp4"
         path.write_bytes(video)
-        return image, str(path), verdict, _report_html(report), report.to_dict()
+        return image, str(path), verdict, report_html(report), report.to_dict()
 
     def blocks(self):
         import gradio as gr
@@ -181,7 +181,7 @@ class PromptDemo:
         with gr.Blocks(title=f"tpu_lab: {self.title}") as demo:
             gr.Markdown(
                 f"## {self.title}\nA tiny `FluxPipeline` trained on scenes of coloured shapes, on "
-                f"the `tpu` device ({_device_line()}). It knows {', '.join(COLOURS)}; "
+                f"the `tpu` device ({device_line()}). It knows {', '.join(COLOURS)}; "
                 f"{', '.join(SHAPES)}; small/large; the four corners and the centre; "
                 "*left of* and *above*; black or gray backgrounds. A new **Size** is a new "
                 "shape for the transformer: compiled, that is a recompilation, shown below "
@@ -207,22 +207,15 @@ class PromptDemo:
                         label="Guidance (true_cfg_scale; 1 = none)",
                     )
                     scale = gr.Slider(1, MAX_SCALE, value=8, step=1, label="Display scale")
-                    mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
+                    mode = mode_input()
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=2):
                     image = gr.Image(
                         label="Image", type="pil", format="png", height=320, elem_id="prompt-image"
                     )
                     verdict = gr.Markdown(elem_id="verdict")
-                    video = gr.Video(
-                        label="Denoising trajectory",
-                        elem_id="trajectory",
-                        autoplay=True,
-                        loop=True,
-                        height=320,
-                    )
-            events = gr.HTML(label="Device events", elem_id="events")
-            report = gr.JSON(label="Request report", elem_id="report")
+                    video = trajectory_output()
+            events, report = report_outputs()
 
             def generate(prompt, size, steps, seed, guidance, scale, mode, progress=gr.Progress()):  # noqa: B008 (Gradio's way)
                 return self.generate(prompt, size, steps, seed, guidance, scale, mode, progress)

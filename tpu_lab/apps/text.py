@@ -1,9 +1,9 @@
 """``tpu-lab demo text``: continue a prompt with the embedded character model on the "tpu" device.
 
 A Gradio Blocks app. Inputs: the prompt, how many characters to add, the temperature (0 is
-greedy: the most likely character every time), the seed of the sampling, and the execution
-mode (eager, eager with TorchTPU's ``DEFER_AND_FUSE`` compile cache, or the model under
-``torch.compile(backend="tpu", fullgraph=True, dynamic=False)``). Every new character runs the
+greedy: the most likely character every time), the seed of the sampling, and the mode
+(:data:`.shared.DEMO_MODES`: eager, TorchTPU's ``DEFER_AND_FUSE`` compile cache, or the model
+under ``torch.compile(backend="tpu", fullgraph=True, dynamic=False)``). Every new character runs the
 model on one fixed window of ``CONTEXT`` tokens (the text so far, right-padded), so the
 compiled model sees a single shape: it compiles on the first compiled request and every later
 token, and request, reuses that graph. Outputs: the text, and the request's compilations,
@@ -16,24 +16,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TpuLabError
+from ..controls import COMPILED
+from ..errors import DemoInputError, TpuLabError
 from . import entry_points
-from .image import (
-    COMPILED,
-    EAGER,
-    FUSED,
+from .shared import (
     MAX_SEED,
-    MODES,
-    DemoInputError,
     Report,
-    _device_line,
-    _real,
-    _report_html,
-    _whole,
+    check_mode,
+    device_line,
     measured,
+    mode_input,
+    real,
+    report_html,
+    report_outputs,
+    whole,
 )
 
-__all__ = ["COMPILED", "EAGER", "FUSED", "MODES", "DemoInputError", "Request", "TextDemo"]
+__all__ = ["Request", "TextDemo", "build", "check_request", "launch", "load_model"]
 
 #: Allowed ranges of the inputs (inclusive).
 MAX_NEW_TOKENS = 400
@@ -54,8 +53,7 @@ class Request:
 
 def check_request(prompt, max_new_tokens, temperature, seed, mode) -> Request:
     """The inputs as a :class:`Request`, or a :class:`DemoInputError` saying what to change."""
-    if mode not in MODES:
-        raise DemoInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+    mode = check_mode(mode)
     if not isinstance(prompt, str) or not prompt:
         raise DemoInputError("Prompt is empty: type a few characters for the model to continue.")
     if len(prompt) > MAX_PROMPT:
@@ -65,9 +63,9 @@ def check_request(prompt, max_new_tokens, temperature, seed, mode) -> Request:
         )
     return Request(
         prompt=prompt,
-        max_new_tokens=_whole(max_new_tokens, "Characters", 1, MAX_NEW_TOKENS),
-        temperature=_real(temperature, "Temperature", 0.0, MAX_TEMPERATURE),
-        seed=_whole(seed, "Seed", 0, MAX_SEED),
+        max_new_tokens=whole(max_new_tokens, "Characters", 1, MAX_NEW_TOKENS),
+        temperature=real(temperature, "Temperature", 0.0, MAX_TEMPERATURE),
+        seed=whole(seed, "Seed", 0, MAX_SEED),
         mode=mode,
     )
 
@@ -96,7 +94,7 @@ class TextDemo:
     def runner(self, mode: str):
         """The model for ``mode``: the compiled one is
         ``torch.compile(model, backend="tpu", fullgraph=True, dynamic=False)``."""
-        if mode != COMPILED:
+        if mode != COMPILED.value:
             return self.model
         if self._compiled is None:
             import torch
@@ -131,7 +129,7 @@ class TextDemo:
             text, report = self.run(request)
         except TpuLabError as exc:
             raise gr.Error(str(exc)) from exc
-        return request.prompt + text, _report_html(report), report.to_dict()
+        return request.prompt + text, report_html(report), report.to_dict()
 
     def blocks(self):
         """The Gradio Blocks of the app."""
@@ -141,7 +139,7 @@ class TextDemo:
             gr.Markdown(
                 f"## {self.title}\nThe embedded character-level model (trained on the Zen of "
                 f"Python and standard-library docstrings) on the `tpu` device "
-                f"({_device_line()}). Every character runs the model on one fixed window, so "
+                f"({device_line()}). Every character runs the model on one fixed window, so "
                 "in compiled mode the first request compiles and later ones reuse the graph."
             )
             with gr.Row():
@@ -153,12 +151,11 @@ class TextDemo:
                         0, MAX_TEMPERATURE, value=0, step=0.1, label="Temperature (0 = greedy)"
                     )
                     seed = gr.Number(0, label="Seed (sampling)")
-                    mode = gr.Radio(list(MODES), value=EAGER, label="Execution")
+                    mode = mode_input()
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=2):
                     output = gr.Textbox(label="Text", lines=10, elem_id="text")
-            events = gr.HTML(label="Device events", elem_id="events")
-            report = gr.JSON(label="Request report", elem_id="report")
+            events, report = report_outputs()
             button.click(
                 self.generate,
                 [prompt, count, temperature, seed, mode],

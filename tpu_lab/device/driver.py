@@ -9,43 +9,16 @@ from __future__ import annotations
 
 import collections
 import threading
-from dataclasses import dataclass
 
 import torch
 
+from ..hbm import MemoryStats, format_bytes
 from . import hooks
 from .topology import Topology, topology_from_env
 
 #: Attribute of a "tpu" ``UntypedStorage`` that holds its :class:`Block` (kernels.wrap stores
 #: it under this literal name on its fast path).
 PAYLOAD = "_tpu_lab_block"
-
-
-def format_bytes(n: int) -> str:
-    """``1536`` -> ``'1.50 KiB'``."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    """HBM of the chip this process drives, in bytes."""
-
-    capacity: int
-    live: int
-    peak: int
-    allocations: int
-    ooms: int
-    #: False where the backend reports no allocator statistics (live/peak are then 0).
-    measured: bool = True
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self.live
 
 
 class Chip:

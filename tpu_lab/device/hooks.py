@@ -1,19 +1,12 @@
-"""Observation points of the bundled device: what the event log listens to.
-
-The device calls :func:`emit` at sync points, host<->device transfers, out-of-memory errors and
-the first ``torch.compile``; it costs one list check when nobody observes. Observers get
-``(kind, data)`` and must not raise.
+"""Where the bundled device publishes on tpu_lab's event bus (:mod:`tpu_lab.events.bus`): at
+sync points, host<->device transfers, compile-cache hits and misses, out-of-memory errors and
+the first ``torch.compile``. ``observers`` is the bus's list of subscribers: the device checks
+it before building a message, so that nobody listening costs one check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from ..events.bus import BUS
 
-Observer = Callable[[str, dict[str, Any]], None]
-observers: list[Observer] = []
-
-
-def emit(kind: str, **data: Any) -> None:
-    for observer in observers:
-        observer(kind, data)
+observers = BUS.subscribers
+emit = BUS.emit

@@ -10,6 +10,8 @@ import enum
 import threading
 from contextlib import contextmanager
 
+from . import hooks
+
 
 class EagerMode(enum.Enum):
     """How eager ops run (TorchTPU's values). ``DEFER_NEVER`` is the default."""
@@ -34,7 +36,6 @@ class _Settings:
         self.eager_mode = EagerMode.DEFER_NEVER
         self.precision: list[Precision] = [Precision.DEFAULT]
         self.allow_excess_precision = False
-        self.listeners: list = []
 
 
 SETTINGS = _Settings()
@@ -59,11 +60,9 @@ def put_eager_mode(mode) -> None:
     _refuse_inside_compile()
     with SETTINGS.lock:
         old, SETTINGS.eager_mode = SETTINGS.eager_mode, mode
-        listeners = list(SETTINGS.listeners)
     _switch_recording(mode)
     if old is not mode:
-        for listener in listeners:
-            listener(old, mode)
+        hooks.emit("mode_change", old=old, new=mode)
 
 
 @contextmanager

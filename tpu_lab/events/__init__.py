@@ -1,20 +1,22 @@
 """The event log of tpu_lab: compilations, recompilations (explained), sync points, transfers,
 out-of-memory errors and mode changes, each with the user's ``file:line`` and IPython cell.
 
-``tpu_lab.events.log`` is the process's log. Recording starts with :func:`install` (``import
-tpu_lab`` calls it); ``TPU_LAB_EVENTS=0`` keeps it off.
+``tpu_lab.events.log`` is the process's log. It records what is published on the event bus
+(:mod:`.bus`: the bundled device, the eager modes, the TorchTPU adapter) and what Dynamo
+compiles (:mod:`.dynamo`). Recording starts with :func:`install` (``import tpu_lab`` calls
+it); ``TPU_LAB_EVENTS=0`` keeps it off.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..device import hooks
-from ..device.driver import format_bytes
+from ..hbm import format_bytes
+from .bus import BUS
 from .context import ipython_cell, user_frame
 from .dynamo import STORM, DynamoCollector
+from .event_log import KINDS, Event, EventLog
 from .explain import Explanation, explain_guard
-from .log import KINDS, Event, EventLog
 
 __all__ = [
     "KINDS",
@@ -46,8 +48,10 @@ def reset() -> tuple[int, int]:
     return kept, dropped
 
 
-def _on_device(kind: str, data: dict) -> None:
-    if kind == "compile_requested":
+def _on_bus(kind: str, data: dict) -> None:
+    if kind == "cell_finished":
+        log.pull()  # compilations Dynamo recorded lazily are events of the cell that ended
+    elif kind == "compile_requested":
         _dynamo.install()
     elif kind == "sync":
         where = user_frame()
@@ -70,6 +74,10 @@ def _on_device(kind: str, data: dict) -> None:
         _misses_at.clear()
     elif kind == "oom":
         log.record("oom", "out of HBM", where=user_frame(), **data)
+    elif kind == "mode_change":
+        old, new = data["old"].name, data["new"].name
+        summary = f"eager mode {old} -> {new}"
+        log.record("mode_change", summary, where=user_frame(), old=old, new=new)
 
 
 _CACHE_HINTS = {
@@ -116,17 +124,9 @@ def _record_cache(kind: str, data: dict) -> None:
     )
 
 
-def _on_mode(old, new) -> None:
-    summary = f"eager mode {old.name} -> {new.name}"
-    log.record("mode_change", summary, where=user_frame(), old=old.name, new=new.name)
-
-
 def install() -> None:
     """Start recording (idempotent)."""
-    if os.environ.get(EVENTS_ENV, "1") == "0" or _on_device in hooks.observers:
+    if os.environ.get(EVENTS_ENV, "1") == "0" or _on_bus in BUS.subscribers:
         return
-    from ..device import modes
-
-    hooks.observers.append(_on_device)
-    modes.SETTINGS.listeners.append(_on_mode)
+    BUS.subscribe(_on_bus)
     log.pull = _dynamo.flush

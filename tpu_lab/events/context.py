@@ -8,6 +8,8 @@ import sysconfig
 
 import torch
 
+from .bus import BUS
+
 _LIBRARY_DIRS = tuple(
     {
         os.path.dirname(torch.__file__) + os.sep,
@@ -86,7 +88,9 @@ _cell: dict[int, int | None] = {}  # id(shell) -> the running cell's number (Non
 
 def follow(shell) -> None:
     """Follow ``shell``'s cells (idempotent): remember each cell's number as it starts (IPython
-    has already counted it then), and collect its compilations when it ends."""
+    has already counted it then), and publish ``cell_finished`` on the event bus when it ends,
+    while its number is still current (the event log collects the compilations Dynamo recorded
+    lazily, so that they are events of *that* cell; the dashboard updates)."""
     if id(shell) in _cell:
         return
 
@@ -95,10 +99,7 @@ def follow(shell) -> None:
         _cell[id(shell)] = count - 1 if info.store_history else count
 
     def post_run_cell(result) -> None:
-        # compilations Dynamo recorded lazily at the end of the cell become events of *that* cell
-        from . import log
-
-        log.pull()
+        BUS.emit("cell_finished", cell=_cell[id(shell)])
         _cell[id(shell)] = None  # what happens between cells (widget clicks) is in no cell
 
     shell.events.register("pre_run_cell", pre_run_cell)

@@ -12,8 +12,8 @@ import threading
 from collections import Counter
 
 from .context import location, user_frame
+from .event_log import EventLog
 from .explain import explain_guard
-from .log import EventLog
 
 #: A call site that recompiles this many times is flagged as a recompilation storm.
 STORM = 4

@@ -10,7 +10,6 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "MediaError": ".convert",
     "to_pil": ".convert",
     "Preview": ".previews",
     "preview": ".previews",

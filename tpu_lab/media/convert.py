@@ -31,16 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TpuLabError
+from ..errors import MediaError
+from .grid import array_to_pil, grid
 
 #: Value-range tolerance for float rounding (e.g. 1.0000002 still counts as [0, 1]).
 RANGE_TOLERANCE = 1e-3
 _CHANNELS = (1, 3, 4)
 _AXES = set("NTCHW")
-
-
-class MediaError(TpuLabError, ValueError):
-    """Input that cannot be shown or saved as an image or video."""
 
 
 @dataclass(frozen=True)
@@ -407,8 +404,6 @@ def to_media(
 def to_pil(x: Any, value_range: Any = None, layout: str | None = None):
     """One image -> a PIL image; a batch -> a list of PIL images; a video -> its frames (a list,
     each the grid of the batch at that time)."""
-    from .grid import grid
-
     media = to_media(x, value_range=value_range, layout=layout)
     if media.video:
         return [grid(f) for f in media.frames]
@@ -423,10 +418,3 @@ def _single(x: Any) -> bool:
         return np.ndim(x) <= 3
     return False
 
-
-def array_to_pil(arr: np.ndarray):
-    from PIL import Image
-
-    if arr.shape[-1] == 1:
-        return Image.fromarray(arr[..., 0], "L")
-    return Image.fromarray(np.ascontiguousarray(arr), "RGBA" if arr.shape[-1] == 4 else "RGB")

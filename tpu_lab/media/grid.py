@@ -1,4 +1,5 @@
-"""A batch of images as one picture: a grid of tiles, each with an optional label under it."""
+"""8-bit arrays as pictures: one image (:func:`array_to_pil`), or a batch as one picture, a grid
+of tiles, each with an optional label under it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ PAD = 2
 LABEL_HEIGHT = 16
 
 
+def array_to_pil(arr: np.ndarray):
+    """An ``(H, W, C)`` uint8 array as a PIL image (C = 1 grey, 3 RGB, 4 RGBA)."""
+    from PIL import Image
+
+    if arr.shape[-1] == 1:
+        return Image.fromarray(arr[..., 0], "L")
+    return Image.fromarray(np.ascontiguousarray(arr), "RGBA" if arr.shape[-1] == 4 else "RGB")
+
+
 def display_scale(images: Sequence[np.ndarray]) -> int:
     side = max(max(a.shape[0], a.shape[1]) for a in images)
     return max(1, MIN_SIDE // side)
@@ -27,8 +37,6 @@ def columns(n: int) -> int:
 def grid(images: Sequence[np.ndarray], labels: Sequence[str] | None = None, scale: int = 1):
     """``images`` ((H, W, C) uint8) -> one PIL image; ``labels`` are drawn under the tiles."""
     from PIL import Image, ImageDraw, ImageFont
-
-    from .convert import array_to_pil
 
     tiles = [array_to_pil(a) for a in images]
     if scale > 1:

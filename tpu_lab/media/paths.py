@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .convert import MediaError
+from ..errors import MediaError
 
 STILL_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 VIDEO_FORMATS = {".mp4": "mp4", ".webp": "webp", ".gif": "gif"}

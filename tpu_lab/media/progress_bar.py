@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from .convert import MediaError
+from ..errors import MediaError
 
 
 def _tqdm_class(notebook: bool | None) -> Any:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from .convert import MediaError, to_media
+from ..errors import MediaError
+from .convert import to_media
 from .grid import grid
 from .previews import Preview, preview
 

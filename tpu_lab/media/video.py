@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .convert import MediaError
+from ..errors import MediaError
 
 #: x264 settings: constant quality 20 (visually clean), the "veryfast" speed preset.
 CRF = 20

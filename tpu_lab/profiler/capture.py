@@ -16,8 +16,6 @@ import torch
 
 from .report import EventSpan, OpSpan, Profile
 
-#: Event kinds drawn on the timeline, each on its own lane.
-LANES = ("sync", "compile", "cache", "transfer")
 _LANE_OF = {
     "sync": "sync",
     "compile": "compile",
@@ -74,14 +72,13 @@ class Recorder:
         self.profile: Profile | None = None
 
     def __enter__(self) -> Recorder:
-        from .. import backend
         from ..events import log
+        from ..runtime import backend
 
         self._simulated = backend().simulated
         if not self._simulated:
             torch.accelerator.synchronize()
-        latest = log.events()
-        self._seq = latest[-1].seq if latest else 0
+        self._seq = log.last_seq()
         self._prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True
         )
@@ -99,7 +96,7 @@ class Recorder:
         seconds = time.perf_counter() - self._t0
         with _quiet_kineto():
             self._prof.__exit__(*exc)
-        self.profile = self._build(seconds, [e for e in log.events() if e.seq > self._seq])
+        self.profile = self._build(seconds, log.since(self._seq))
         return False
 
     def _build(self, seconds: float, events) -> Profile:

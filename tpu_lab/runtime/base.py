@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import abc
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..device.driver import MemoryStats, format_bytes
+from ..hbm import MemoryStats
 
 
 @dataclass(frozen=True)
@@ -21,30 +23,6 @@ class DeviceStatus:
     devices_in_process: int
     memory: MemoryStats
     eager_mode: str
-
-    def __str__(self) -> str:
-        kind = "simulated on the CPU" if self.simulated else "hardware"
-        m = self.memory
-        return (
-            f"backend   {self.backend} ({kind})\n"
-            f"device    tpu:0 = {self.device_name}\n"
-            f"topology  {self.topology} {self.topology_shape}, {_chips(self.chips)}; "
-            f"this process drives {self.devices_in_process}\n"
-            f"HBM       {_usage(m)}\n"
-            f"eager     {self.eager_mode}"
-        )
-
-
-def _chips(n: int) -> str:
-    return f"{n} chip" if n == 1 else f"{n} chips"
-
-
-def _usage(m: MemoryStats) -> str:
-    if not m.measured:
-        return f"{format_bytes(m.capacity)} per chip; usage not reported by this backend"
-    return (
-        f"{format_bytes(m.live)} / {format_bytes(m.capacity)} in use, peak {format_bytes(m.peak)}"
-    )
 
 
 class Backend(abc.ABC):
@@ -76,7 +54,19 @@ class Backend(abc.ABC):
             "misses": tpu._get_cache_misses(),
         }
 
-    def synchronize(self) -> None:
+    @abc.abstractmethod
+    def set_eager_mode(self, mode) -> None:
+        """Switch ``torch.tpu.eager_mode`` to ``mode`` (a ``torch.tpu.EagerMode``); the change is
+        published on the event bus (``mode_change``)."""
+
+    @contextlib.contextmanager
+    def eager_mode(self, mode) -> Iterator[None]:
+        """``mode`` inside the block; the previous mode comes back on exit, also on errors."""
         import torch
 
-        torch.accelerator.synchronize()
+        previous = torch.tpu.eager_mode
+        self.set_eager_mode(mode)
+        try:
+            yield
+        finally:
+            self.set_eager_mode(previous)

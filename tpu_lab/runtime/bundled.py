@@ -34,6 +34,9 @@ class BundledBackend(Backend):
             eager_mode=torch.tpu.eager_mode.name,
         )
 
+    def set_eager_mode(self, mode) -> None:
+        torch.tpu.eager_mode = mode  # the device's modes publish the change
+
     def use_topology(self, name: str) -> str:
         topo = device.parse_topology(name)
         live = device.chip().stats().live

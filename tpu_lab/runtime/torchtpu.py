@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ..device.driver import MemoryStats
 from ..errors import TopologyError
+from ..events.bus import BUS
+from ..hbm import MemoryStats
 from .base import Backend, DeviceStatus
 
 
@@ -48,6 +49,14 @@ class TorchTPUBackend(Backend):
             memory=self.memory(),
             eager_mode=getattr(tpu.eager_mode, "name", str(tpu.eager_mode)),
         )
+
+    def set_eager_mode(self, mode) -> None:
+        """TorchTPU publishes nothing: the change is published here (a change made by
+        assigning ``torch.tpu.eager_mode`` directly is seen by the dashboard, not logged)."""
+        old = torch.tpu.eager_mode
+        torch.tpu.eager_mode = mode
+        if old != mode:
+            BUS.emit("mode_change", old=old, new=mode)
 
     def use_topology(self, name: str) -> str:
         raise TopologyError(

@@ -3,15 +3,15 @@
 ``tpu_lab.sharding.plan(config_or_model, chips=4, generation="v6e")`` lays a model out over the
 chips of a TPU generation from its tensor-parallel plan (no weights, no download);
 ``SimulatedMesh`` runs tensor-parallel forward passes over N simulated chips in one process;
-``view(obj)`` draws a tensor's shards, a model's placement table or a plan; ``cluster`` runs
-SPMD cells on one process per chip.
+``view(obj)`` draws a tensor's shards, a model's placement table, a plan or a run, ``figure(obj)``
+the same with matplotlib (both in :mod:`tpu_lab.views`); ``cluster`` runs SPMD cells on one
+process per chip. Everything here is data; the pictures are views.
 """
 
 from __future__ import annotations
 
 from .info import (
     ModelLayout,
-    ShardingError,
     ShardingInfo,
     TensorLayout,
     layout_info,
@@ -24,7 +24,6 @@ __all__ = [
     "MeshRun",
     "ModelLayout",
     "Plan",
-    "ShardingError",
     "ShardingInfo",
     "SimulatedMesh",
     "TensorLayout",
@@ -39,21 +38,19 @@ __all__ = [
 ]
 
 _LAZY = {
-    "SimulatedMesh": "mesh",
-    "MeshRun": "mesh",
-    "simulate": "mesh",
-    "view": "views",
-    "figure": "views",
+    "SimulatedMesh": "tpu_lab.sharding.mesh",
+    "MeshRun": "tpu_lab.sharding.mesh",
+    "simulate": "tpu_lab.sharding.mesh",
+    "view": "tpu_lab.views.sharding",
+    "figure": "tpu_lab.views.sharding_figures",
 }
 
 
 def __getattr__(name: str):
-    if name == "cluster":
-        import importlib
+    import importlib
 
+    if name == "cluster":
         return importlib.import_module(".cluster", __name__)
     if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tpu_lab.sharding' has no attribute '{name}'")

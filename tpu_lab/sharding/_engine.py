@@ -30,8 +30,7 @@ def setup(rank: int, world_size: int, store_path: str, timeout_s: float, stack_p
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     import torch.distributed as dist
 
-    import tpu_lab
-
+    from .. import runtime
     from .torchrun import bind
 
     backend = bind(world_size)  # as a torchrun rank: its chip, tpu_dist, tpu:0
@@ -42,7 +41,7 @@ def setup(rank: int, world_size: int, store_path: str, timeout_s: float, stack_p
         world_size=world_size,
         timeout=timedelta(seconds=timeout_s),
     )
-    status = tpu_lab.status()
+    status = runtime.backend().status()
     return {
         "rank": rank,
         "pid": os.getpid(),
@@ -60,9 +59,8 @@ def _user_ns() -> dict:
 def before_cell() -> None:
     from ..events import log
 
-    events = log.events()
     _snapshot["names"] = {k: id(v) for k, v in _user_ns().items() if not k.startswith("_")}
-    _snapshot["seq"] = events[-1].seq if events else 0
+    _snapshot["seq"] = log.last_seq()
 
 
 def after_cell() -> dict:
@@ -78,7 +76,7 @@ def after_cell() -> dict:
         summary = _describe(value)
         if summary is not None:
             sharded[name] = summary
-    events = [(e.kind, e.summary) for e in log.events() if e.seq > seq]
+    events = [(e.kind, e.summary) for e in log.since(seq)]
     return {"sharding": sharded, "events": events}
 
 
@@ -86,7 +84,8 @@ def _describe(value) -> dict | None:
     import torch
     from torch.distributed.tensor import DTensor
 
-    from .info import ShardingError, sharding_info
+    from ..errors import ShardingError
+    from .info import sharding_info
 
     if isinstance(value, DTensor):
         local = value.to_local()

@@ -7,7 +7,8 @@ its own chip, ``tpu:0``. ``run_cell(source)`` runs a cell on every rank and retu
 :class:`SpmdResult`: rank 0's output and result, the sharding of the DTensors the cell bound,
 and the events of every rank. A rank that raises, dies or hangs is reported with
 :class:`~tpu_lab.errors.SpmdError`; ``restart()`` brings up a fresh cluster; ``stop()`` (and
-the interpreter's exit) leaves no process behind.
+the interpreter's exit) leaves no process behind. :meth:`Cluster.state_now` is what the
+cluster looks like (its picture: :class:`tpu_lab.views.cluster.ClusterView`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpmdError
-from ..views.base import View, clip, esc, terminal_width
 from . import _engine
 from ._launch import PARENT_ENV
 from .spmd_result import RankFailure, SpmdResult, failure_message, gather
@@ -53,7 +53,20 @@ class Rank:
     pid: int
 
 
-class Cluster(View):
+@dataclass(frozen=True)
+class ClusterState:
+    """A cluster at one moment: its state ("stopped", "starting", "ready", "broken"), the
+    backend its ranks run, and each rank's pid and state ("running", "exited", or how it
+    failed: "raised", "died", "hung")."""
+
+    topology: str
+    state: str
+    ready_seconds: float | None
+    backend: str | None
+    ranks: tuple[tuple[int, int, str], ...]
+
+
+class Cluster:
     """An ipyparallel controller and one engine per chip of ``topology``, on 127.0.0.1."""
 
     def __init__(self, topology: str = "v6e-4", *, collective_timeout_s=COLLECTIVE_TIMEOUT_S):
@@ -65,6 +78,7 @@ class Cluster(View):
         self.ranks: tuple[Rank, ...] = ()
         self.failures: tuple[RankFailure, ...] = ()
         self.ready_seconds: float | None = None
+        self.backend: str | None = None
         self._ipp = None
         self._client = None
         self._folder: str | None = None
@@ -91,7 +105,7 @@ class Cluster(View):
         self._folder = tempfile.mkdtemp(prefix="tpu-lab-cluster-")
         self._id = os.path.basename(self._folder)
         launch = [sys.executable, str(Path(_engine.__file__).with_name("_launch.py"))]
-        from .. import backend
+        from ..runtime import backend
 
         if not backend().simulated:  # TorchTPU's per-process launch variables, as torchrun's
             from .torchrun import prepare_launch
@@ -197,6 +211,7 @@ class Cluster(View):
             shutil.rmtree(self._folder, ignore_errors=True)
         self._ipp = self._client = None
         self.ranks = ()
+        self.backend = None
         self.state = "stopped"
 
     # -- running cells -----------------------------------------------------------------------
@@ -301,36 +316,14 @@ class Cluster(View):
             time.sleep(0.05)
         return ""
 
-    # -- views ---------------------------------------------------------------------------------
-
-    def _rows(self) -> list[tuple[str, str, str]]:
+    def state_now(self) -> ClusterState:
+        """What the cluster looks like now (whether each rank's process still runs)."""
         failed = {f.rank: f.reason for f in self.failures}
-        rows = []
-        for r in self.ranks:
-            state = failed.get(r.rank) or ("running" if _alive(r.pid) else "exited")
-            rows.append((str(r.rank), str(r.pid), state))
-        return rows
-
-    def _title(self) -> str:
-        ready = f", ready in {self.ready_seconds:.1f} s" if self.ready_seconds is not None else ""
-        return f"tpu_lab cluster {self.topology.name}: {self.state}{ready}"
-
-    def to_text(self, width: int | None = None) -> str:
-        width = terminal_width(width)
-        lines = [clip(self._title(), width)]
-        if self.ranks:
-            lines.append(f"backend {getattr(self, 'backend', '?')}, process group 'tpu_dist'")
-            lines.append("rank  pid      state")
-            lines += [f"{r:<5} {p:<8} {s}" for r, p, s in self._rows()]
-        return "\n".join(lines)
-
-    def to_html(self) -> str:
-        rows = "".join(
-            f"<tr><td>{r}</td><td>{p}</td><td>{esc(s)}</td></tr>" for r, p, s in self._rows()
+        ranks = tuple(
+            (r.rank, r.pid, failed.get(r.rank) or ("running" if _alive(r.pid) else "exited"))
+            for r in self.ranks
         )
-        table = f"<table><tr><th>rank</th><th>pid</th><th>state</th></tr>{rows}</table>"
-        body = table if rows else ""
-        return f"<div class='tpu-lab-cluster'><b>{esc(self._title())}</b>{body}</div>"
+        return ClusterState(self.topology.name, self.state, self.ready_seconds, self.backend, ranks)
 
 
 def _alive(pid: int) -> bool:

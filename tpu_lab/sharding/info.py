@@ -14,14 +14,9 @@ from itertools import product
 
 import torch
 
-from ..device.driver import format_bytes
-from ..errors import TpuLabError
+from ..errors import ShardingError
 
 Box = tuple[slice, ...]
-
-
-class ShardingError(TpuLabError, ValueError):
-    """A plan that cannot shard a model, or a mesh that cannot be built."""
 
 
 @dataclass(frozen=True)
@@ -322,13 +317,11 @@ def format_box(box: Box) -> str:
 
 __all__ = [
     "ModelLayout",
-    "ShardingError",
     "ShardingInfo",
     "Split",
     "TensorLayout",
     "dtype_name",
     "format_box",
-    "format_bytes",
     "layout_info",
     "model_layout",
     "sharding_info",

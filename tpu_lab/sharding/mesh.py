@@ -13,14 +13,14 @@ from __future__ import annotations
 import copy
 import warnings
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ..device.topology import Generation
-from ..views.base import View
-from .info import ModelLayout, ShardingError, model_layout
-from .plan import _generation, _match, model_tp_plan, plan_layout
+from ..errors import ShardingError
+from .info import ModelLayout, model_layout
+from .plan import _generation, match_plan, model_tp_plan, plan_layout
 
 _FAKE = {"registered": False}
 
@@ -133,14 +133,9 @@ class SimulatedMesh:
         plan_layout(model, self.chips, tp_plan)  # refuses plans that do not divide
         plan = model_tp_plan(model)
         plan.update(tp_plan or {})
+        concrete = {name: style for name, (_, style) in match_plan(model, plan).items()}
         self._replicate(model)
         modules = dict(model.named_modules())
-        params = dict(model.named_parameters())
-        prefix = getattr(model, "base_model_prefix", "") or ""
-        concrete = {}
-        for key, style in plan.items():
-            hits = _match(key, modules, params) or _match(f"{prefix}.{key}", modules, params)
-            concrete.update(dict.fromkeys(hits, style))
         if hasattr(model, "_resolve_parallel_plans"):
             from transformers.distributed.tensor_parallel import apply_tensor_parallelism
 
@@ -235,9 +230,10 @@ def _first_tensor(out):
     raise ShardingError(f"The model returned {type(out).__name__}; expected tensors.")
 
 
-@dataclass(frozen=True, repr=False, eq=False)
-class MeshRun(View):
-    """A tensor-parallel forward on the one-process mesh next to the unsharded model."""
+@dataclass(frozen=True, eq=False)
+class MeshRun:
+    """A tensor-parallel forward on the one-process mesh next to the unsharded model (its
+    picture: :class:`tpu_lab.views.sharding.MeshRunView`)."""
 
     model: str
     chips: int
@@ -245,8 +241,8 @@ class MeshRun(View):
     layout: ModelLayout
     shard_bytes_per_chip: tuple[int, ...]  # summed from the real local shards
     comms: tuple[tuple[str, int], ...]
-    outputs: tuple[torch.Tensor, ...]  # one per chip
-    reference: torch.Tensor
+    outputs: tuple[torch.Tensor, ...] = field(repr=False)  # one per chip
+    reference: torch.Tensor = field(repr=False)
     rtol: float
     atol: float
 
@@ -262,21 +258,6 @@ class MeshRun(View):
     @property
     def hbm_per_chip(self) -> int:
         return self.generation.hbm_per_device
-
-    def to_text(self, width: int | None = None) -> str:
-        from .views import run_text
-
-        return run_text(self, width)
-
-    def to_html(self) -> str:
-        from .views import run_html
-
-        return run_html(self)
-
-    def figure(self):
-        from .views import figure
-
-        return figure(self)
 
 
 def simulate(model: torch.nn.Module, *args, chips: int | None = None, generation: str = "v6e",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .info import ShardingError
+from ..errors import ShardingError
 
 
 def load_meta_model(obj) -> tuple[torch.nn.Module, str]:

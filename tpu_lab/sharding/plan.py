@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..device.topology import GENERATIONS, Generation, make_topology
-from ..errors import TopologyError
-from ..views.base import View
-from .info import REPLICATE, ModelLayout, ShardingError, Split, TensorLayout, layout_info, shard
+from ..device.topology import GENERATIONS, Generation, parse_topology
+from ..errors import ShardingError, TopologyError
+from .info import REPLICATE, ModelLayout, Split, TensorLayout, layout_info, shard
 from .meta import load_meta_model
 
 _COLWISE = {"colwise", "colwise_rep", "colwise_gather_output"}
@@ -103,9 +102,10 @@ def _pattern(key: str) -> re.Pattern:
     return re.compile("\\.".join("[^.]+" if a == "*" else re.escape(a) for a in key.split(".")))
 
 
-def resolve_plan(model: torch.nn.Module, tp_plan: dict) -> dict[str, tuple[str, object]]:
-    """Parameter name -> (plan key, style) for every parameter a plan entry covers; keys name
-    modules (their own parameters) or parameters, ``*`` stands for one name part."""
+def match_plan(model: torch.nn.Module, tp_plan: dict) -> dict[str, tuple[str, object]]:
+    """Module or parameter name -> (plan key, style) for every name a plan entry matches; ``*``
+    stands for one name part, and a key may leave out the model's ``base_model_prefix``. A key
+    that matches nothing is a :class:`ShardingError`."""
     modules = dict(model.named_modules())
     params = dict(model.named_parameters(remove_duplicate=False))
     prefix = getattr(model, "base_model_prefix", "") or ""
@@ -121,12 +121,21 @@ def resolve_plan(model: torch.nn.Module, tp_plan: dict) -> dict[str, tuple[str, 
                 f"{type(model).__name__}; names look like {example!r} ('*' stands for one part, "
                 "such as a layer number)."
             )
-        for name in hits:
-            if name in params:
-                out[name] = (key, style)
-            else:
-                for pname, _ in modules[name].named_parameters(recurse=False):
-                    out[f"{name}.{pname}" if name else pname] = (key, style)
+        out.update(dict.fromkeys(hits, (key, style)))
+    return out
+
+
+def resolve_plan(model: torch.nn.Module, tp_plan: dict) -> dict[str, tuple[str, object]]:
+    """Parameter name -> (plan key, style) for every parameter a plan entry covers: the
+    parameters it names, and the own parameters of the modules it names."""
+    modules = dict(model.named_modules())
+    out: dict[str, tuple[str, object]] = {}
+    for name, key_style in match_plan(model, tp_plan).items():
+        if name not in modules:
+            out[name] = key_style
+            continue
+        for pname, _ in modules[name].named_parameters(recurse=False):
+            out[f"{name}.{pname}" if name else pname] = key_style
     return out
 
 
@@ -252,9 +261,10 @@ def _divides(name, style, shape, split: Split, chips: int) -> list[str]:
     ]
 
 
-@dataclass(frozen=True, repr=False, eq=False)
-class Plan(View):
-    """A tensor-parallel plan computed without weights: layout, HBM per chip, fit."""
+@dataclass(frozen=True)
+class Plan:
+    """A tensor-parallel plan computed without weights: layout, HBM per chip, fit (its picture:
+    :class:`tpu_lab.views.sharding.PlanView`; its figure: :func:`tpu_lab.sharding.figure`)."""
 
     model: str
     source: str
@@ -293,22 +303,6 @@ class Plan(View):
     @property
     def fits(self) -> bool:
         return max(self.bytes_per_chip) <= self.hbm_per_chip
-
-    def to_text(self, width: int | None = None) -> str:
-        from .views import plan_text
-
-        return plan_text(self, width)
-
-    def to_html(self) -> str:
-        from .views import plan_html
-
-        return plan_html(self)
-
-    def figure(self):
-        """A matplotlib figure of the mesh and the per-chip memory."""
-        from .views import figure
-
-        return figure(self)
 
 
 def activation_estimate(model, chips: int, batch: int, seq: int, dtype, layout: ModelLayout):
@@ -356,25 +350,22 @@ def _widest(layout: ModelLayout) -> int:
 
 
 def _generation(generation: str, chips: int | None) -> tuple[Generation, int]:
-    text = str(generation).strip().lower()
-    name, _, count = text.partition("-")
-    if count:
-        topo = make_topology(name, int(count)) if count.isdigit() else None
-        if topo is None:
-            raise TopologyError(f"Cannot read {generation!r}: expected e.g. 'v6e' or 'v6e-4'.")
+    """A generation (``'v6e'``: ``chips`` of it, 4 by default, one host's count or not) or a
+    topology (``'v6e-4'``: its chips, which ``chips`` may repeat)."""
+    gen = GENERATIONS.get(str(generation).strip().lower())
+    if gen is None:
+        topo = parse_topology(str(generation))
         if chips is not None and chips != topo.devices:
             raise TopologyError(
                 f"generation={generation!r} has {topo.devices} chips but chips={chips}; "
                 "pass one of them."
             )
         return topo.generation, topo.devices
-    if name not in GENERATIONS:
-        make_topology(name)  # raises the TopologyError listing the generations
     if chips is None:
         chips = 4
     if isinstance(chips, bool) or not isinstance(chips, int) or chips < 1:
         raise ShardingError(f"chips must be a positive integer, got {chips!r}.")
-    return GENERATIONS[name], chips
+    return gen, chips
 
 
 def plan(

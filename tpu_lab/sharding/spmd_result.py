@@ -1,11 +1,10 @@
-"""What an SPMD cell returns (:class:`SpmdResult`) and how a failed rank is described."""
+"""What an SPMD cell returns (:class:`SpmdResult`; its picture:
+:class:`tpu_lab.views.spmd.SpmdResultView`) and how a failed rank is described."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-
-from ..views.base import View, clip, esc, terminal_width
 
 
 @dataclass(frozen=True)
@@ -35,8 +34,8 @@ class ShardedValue:
     info: object | None = None  # tpu_lab.sharding.ShardingInfo of a tensor
 
 
-@dataclass(frozen=True, repr=False)  # repr is the View's text
-class SpmdResult(View):
+@dataclass(frozen=True)
+class SpmdResult:
     """One SPMD cell: rank 0's output and result, gathered sharding, every rank's events."""
 
     topology: str
@@ -50,68 +49,6 @@ class SpmdResult(View):
 
     def event_counts(self, rank: int) -> dict[str, int]:
         return dict(Counter(kind for kind, _ in self.events[rank]))
-
-    def _event_lines(self) -> list[str]:
-        lines = []
-        for rank, _ in enumerate(self.events):
-            counts = self.event_counts(rank)
-            text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
-            lines.append(f"rank {rank}: {text}")
-        return lines
-
-    def _sharding_rows(self) -> list[tuple[str, str, str]]:
-        from ..device import format_bytes
-
-        return [
-            (v.name, v.description, " / ".join(format_bytes(b) for b in v.local_bytes))
-            for v in self.sharding
-        ]
-
-    def to_text(self, width: int | None = None) -> str:
-        width = terminal_width(width)
-        out = [
-            clip(f"SPMD cell on {self.ranks} ranks ({self.topology}), {self.seconds:.2f} s", width)
-        ]
-        if self.stdout:
-            out += ["rank 0 output:", self.stdout.rstrip("\n")]
-        if self.stderr:
-            out += ["rank 0 stderr:", self.stderr.rstrip("\n")]
-        if self.result is not None:
-            out += ["result (rank 0):", self.result.get("text/plain", "")]
-        rows = self._sharding_rows()
-        if rows:
-            out.append("sharding (bytes on each rank):")
-            out += [clip(f"  {n}  {d}  [{b}]", width) for n, d, b in rows]
-        out.append("events:")
-        out += [clip(f"  {line}", width) for line in self._event_lines()]
-        return "\n".join(out)
-
-    def to_html(self) -> str:
-        parts = [
-            f"<div class='tpu-lab-spmd'><b>SPMD cell on {self.ranks} ranks "
-            f"({esc(self.topology)})</b>, {self.seconds:.2f} s"
-        ]
-        if self.stdout:
-            parts.append(f"<div>rank 0 output</div><pre>{esc(self.stdout)}</pre>")
-        if self.stderr:
-            parts.append(f"<div>rank 0 stderr</div><pre>{esc(self.stderr)}</pre>")
-        if self.result is not None:
-            html = self.result.get("text/html")
-            body = html if html else f"<pre>{esc(self.result.get('text/plain', ''))}</pre>"
-            parts.append(f"<div>result (rank 0)</div>{body}")
-        rows = self._sharding_rows()
-        if rows:
-            cells = "".join(
-                f"<tr><td><code>{esc(n)}</code></td><td>{esc(d)}</td><td>{esc(b)}</td></tr>"
-                for n, d, b in rows
-            )
-            parts.append(
-                "<table><tr><th>name</th><th>layout</th><th>bytes on each rank</th></tr>"
-                f"{cells}</table>"
-            )
-        items = "".join(f"<li>{esc(line)}</li>" for line in self._event_lines())
-        parts.append(f"<div>events</div><ul>{items}</ul></div>")
-        return "".join(parts)
 
 
 def gather(per_rank: list[dict]) -> tuple[ShardedValue, ...]:

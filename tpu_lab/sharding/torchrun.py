@@ -70,7 +70,7 @@ def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None 
             f"set_tpu_launch_env(nnodes={nnodes}): the bundled device simulates one host."
         )
     if nproc_per_node is None:
-        from .. import backend
+        from ..runtime import backend
 
         nproc_per_node = backend().status().chips
     name = os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc_per_node))
@@ -84,7 +84,7 @@ def prepare_launch(nproc: int, generation: str | None = None) -> str:
     every rank inherits. Bundled device: :func:`set_tpu_launch_env`. TPU VM: TorchTPU's own
     ``torch.tpu.distributed.set_tpu_launch_env`` (verified against torch-tpu 0.2.0's source,
     not run on hardware here). Returns the topology's description."""
-    from .. import backend
+    from ..runtime import backend
 
     if backend().simulated:
         if generation is not None:
@@ -101,7 +101,7 @@ def bind(world_size: int | None = None) -> str:
     """Make this process one rank's chip (see the module docstring); returns the backend name."""
     import torch
 
-    from .. import backend
+    from ..runtime import backend
     from .tpu_dist import register
 
     world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size

@@ -235,7 +235,7 @@ def register() -> str:
     """Make ``init_process_group("tpu_dist")`` work here; returns the backend name. Idempotent.
 
     TorchTPU's own backend is kept where TorchTPU registered it (a real TPU VM)."""
-    from .. import backend
+    from ..runtime import backend
 
     with _lock:
         if is_registered():

@@ -1,7 +1,14 @@
-"""Views: every picture renders as text (terminals) and HTML (notebooks, GitHub) from one model."""
+"""Views: every picture renders as text (terminals) and HTML (notebooks, GitHub) from one model.
+
+The data they draw lives elsewhere and stays plain; :func:`view` finds the picture of a data
+object (:mod:`.lookup`). One module per picture: the device's status, HBM, the event log and an
+explanation, the recompile timeline, the dashboard widget, a preview, a profile, sharding
+(:mod:`.sharding`, figures in :mod:`.sharding_figures`), the cluster and an SPMD cell.
+"""
 
 from .base import View
 from .events import EventLogView, ExplanationView
+from .lookup import view
 from .memory import ChipMemory, MemoryView
 from .status import StatusView
 from .timeline import RecompileTimelineView
@@ -14,4 +21,5 @@ __all__ = [
     "RecompileTimelineView",
     "StatusView",
     "View",
+    "view",
 ]

@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import time
 
-from ..device.driver import format_bytes
-from .base import View, clip, esc, terminal_width
+from ..hbm import format_bytes
+from .base import View, clip, counted, esc, terminal_width
 from .events import _COLORS
 
 _FONT = "font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px"
 _MUTED = "color:#6b7280"
-
-
-def _chips(n: int) -> str:
-    return f"{n} chip" if n == 1 else f"{n} chips"
-
-
-def _events(n: int) -> str:
-    return f"{n} event" if n == 1 else f"{n} events"
 
 
 def _hit_rate(cache: dict) -> str:
@@ -100,7 +92,7 @@ class DashboardView(View):
         d = self.state["device"]
         shape = ",".join(map(str, d["topology_shape"]))
         return (
-            f"{d['device_name']} · {d['topology']} ({shape}), {_chips(d['chips'])}; "
+            f"{d['device_name']} · {d['topology']} ({shape}), {counted(d['chips'], 'chip')}; "
             f"this process drives {d['devices_in_process']}"
         )
 
@@ -120,7 +112,7 @@ class DashboardView(View):
         cells = {c["cell"]: c["total"] for c in s["cells"]}
         lines.append(f"  events ({len(s['events'])} shown of {s['seen']})")
         for cell, events in _groups(s["events"]):
-            lines.append(f"  {_cell_name(cell)} · {_events(cells.get(cell, len(events)))}")
+            lines.append(f"  {_cell_name(cell)} · {counted(cells.get(cell, len(events)), 'event')}")
             for e, count, summary in _rows(events):
                 head = f"    {e['seq']:>5} {e['kind']:<11} "
                 times = f" ×{count}" if count > 1 and not summary[0].isdigit() else ""
@@ -135,7 +127,7 @@ class DashboardView(View):
             f"<details{' open' if index == 0 or _notable(events) else ''}>"
             f"<summary style='cursor:pointer;font-weight:600'>"
             f"{esc(_cell_name(cell))} <span style='{_MUTED};font-weight:400'>"
-            f"· {_events(cells.get(cell, len(events)))}</span></summary>"
+            f"· {counted(cells.get(cell, len(events)), 'event')}</span></summary>"
             f"<table style='{_FONT};border-collapse:collapse'>"
             + "".join(self._event_html(*row) for row in _rows(events))
             + "</table></details>"

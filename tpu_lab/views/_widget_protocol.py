@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from ..controls import EAGER_MODES
 from ..events import Event
 from .events import short_where
 
@@ -74,26 +75,17 @@ class CellState(TypedDict):
 
 
 class ModeOption(TypedDict):
-    """One entry of the ``modes`` trait: a choice of the eager/compiled toggle."""
+    """One entry of the ``modes`` trait: a choice of the eager-mode toggle."""
 
     value: str  # a torch.tpu.EagerMode name
     label: str
     hint: str
 
 
-#: The toggle's choices. ``eager_mode`` may also hold another EagerMode name set from code.
+#: The toggle's choices: the session's modes of :data:`tpu_lab.controls.MODES`.
+#: ``eager_mode`` may also hold another EagerMode name set from code.
 MODES: list[ModeOption] = [
-    {"value": "DEFER_NEVER", "label": "Eager", "hint": "op by op (DEFER_NEVER, the default)"},
-    {
-        "value": "DEFER_AND_FUSE",
-        "label": "Compiled",
-        "hint": "record ops until a sync point, compile and cache the graph (DEFER_AND_FUSE)",
-    },
-    {
-        "value": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
-        "label": "Blocking",
-        "hint": "op by op, waiting for each op: for debugging (DEFER_NEVER_AND_LAUNCH_BLOCKING)",
-    },
+    {"value": m.eager_mode, "label": m.label, "hint": m.meaning} for m in EAGER_MODES
 ]
 
 #: Event kinds kept in the feed even when a flood of other events pushes them out of it.

@@ -55,3 +55,8 @@ def clip(text: str, width: int) -> str:
 
 def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+def counted(n: int, word: str) -> str:
+    """``1 chip``, ``2 chips``, ``2 cache misses``."""
+    return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("s") else "s")

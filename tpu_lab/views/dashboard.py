@@ -1,11 +1,12 @@
 """The live dashboard: per-chip HBM, the eager/compiled toggle, compile-cache hit rate and the event
 feed grouped by notebook cell, as an anywidget that updates while cells run.
 
-The event log calls :meth:`_Feed.add` for every event (one deque append); a worker thread turns
+The dashboard subscribes to the event bus: every event its log records reaches
+:meth:`_Feed.add` (one deque append), and a mode change wakes it; a worker thread turns
 what accumulated into at most one widget update every ``interval`` seconds, keeping at most
 ``max_events`` recent events (plus ``max_notable`` compilations, recompilations, cache misses,
 OOMs and mode changes, so that a flood of transfers cannot push a recompile out of view). After
-every IPython cell the dashboard also collects lazily recorded compilations and updates at once.
+every IPython cell (``cell_finished`` on the bus) the dashboard updates at once.
 Where no widget manager runs, the same state renders as text/html and text/plain
 (:class:`DashboardView`).
 """
@@ -20,11 +21,12 @@ import threading
 import time
 from pathlib import Path
 
-import torch
 import traitlets
 
-from ..device import modes
+from .. import controls
+from ..errors import TpuLabError
 from ..events import Event, EventLog
+from ..events.bus import BUS
 from ..runtime import backend
 from ._dashboard_view import DashboardView
 from ._widget_protocol import MODES, NOTABLE, CacheState, ChipState, DeviceState, event_state
@@ -122,7 +124,7 @@ class _Feed:
 
 
 def _eager_mode() -> str:
-    mode = torch.tpu.eager_mode
+    mode = controls.current_mode()
     return getattr(mode, "name", str(mode))
 
 
@@ -219,10 +221,9 @@ class Dashboard(anywidget.AnyWidget):
         #: Updates sent and the largest batch of events one update carried.
         self.batches = 0
         self.max_batch = 0
-        self._unsubscribe = log.subscribe(self._on_event)
+        self._unsubscribe = BUS.subscribe(self._on_bus)
         self._feed.add_history(log.events())
-        modes.SETTINGS.listeners.append(self._on_mode)
-        self._shell = self._hook_cells()
+        self._follow_cells()
         self.observe(self._on_toggle, names="eager_mode")
         self.flush()
         self._worker = threading.Thread(target=self._run, name="tpu_lab-dashboard", daemon=True)
@@ -230,23 +231,25 @@ class Dashboard(anywidget.AnyWidget):
 
     # -- collecting ---------------------------------------------------------------------------
 
-    def _on_event(self, event: Event) -> None:
-        if self._feed.add(event):
+    def _on_bus(self, kind: str, data: dict) -> None:
+        if kind == "recorded" and data["log"] is self._log:
+            if self._feed.add(data["event"]):
+                self._wake.set()
+        elif kind == "mode_change":
             self._wake.set()
+        elif kind == "cell_finished":
+            self._log.pull()  # compilations Dynamo finished during the cell
+            self.flush()
 
-    def _on_mode(self, old, new) -> None:
-        self._wake.set()
+    @staticmethod
+    def _follow_cells() -> None:
+        """In IPython, have the end of every cell published (``cell_finished``)."""
+        from ..events.context import follow
 
-    def _hook_cells(self):
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython else None
         if shell is not None:
-            shell.events.register("post_run_cell", self._after_cell)
-        return shell
-
-    def _after_cell(self, result=None) -> None:
-        self._log.pull()  # compilations Dynamo finished during the cell
-        self.flush()
+            follow(shell)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -326,13 +329,10 @@ class Dashboard(anywidget.AnyWidget):
             if wanted == current:
                 return
             try:
-                if wanted.startswith("_"):  # TorchTPU's internal modes are not a user's choice
-                    raise AttributeError(wanted)
-                torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, wanted)
-            except AttributeError:
-                names = ", ".join(m["value"] for m in MODES)
-                self.error = f"Unknown eager mode {wanted!r}; use one of {names}."
-            except (ValueError, RuntimeError) as exc:
+                controls.set_mode(wanted)
+            except TpuLabError as exc:
+                self.error = str(exc)
+            except RuntimeError as exc:
                 self.error = f"Could not switch the eager mode to {wanted}: {exc}"
             else:
                 self.error = ""
@@ -369,10 +369,6 @@ class Dashboard(anywidget.AnyWidget):
             self._stop.set()
             self._wake.set()
             self._unsubscribe()
-            if self._on_mode in modes.SETTINGS.listeners:
-                modes.SETTINGS.listeners.remove(self._on_mode)
-            if self._shell is not None:
-                self._shell.events.unregister("post_run_cell", self._after_cell)
             if self._worker is not threading.current_thread():
                 self._worker.join(timeout=5)
             if self._displays and not sys.is_finalizing():

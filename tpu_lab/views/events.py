@@ -33,6 +33,13 @@ def short_where(where: str | None) -> str:
     return f"{os.path.basename(path) or path}:{line}"
 
 
+def hints_html(event: Event) -> str:
+    """The fixes an event suggests, one line each, for a table cell."""
+    return "".join(
+        f"<div style='color:#374151'>fix: {esc(h)}</div>" for h in event.details.get("hints", ())
+    )
+
+
 class EventLogView(View):
     """A table of events: number, cell, kind, what happened, where; recompiles explained."""
 
@@ -60,16 +67,12 @@ class EventLogView(View):
         for e in self.events:
             color = _COLORS.get(e.kind, "#111827")
             cell = e.cell if e.cell is not None else ""
-            hints = "".join(
-                f"<div style='color:#374151'>fix: {esc(h)}</div>"
-                for h in e.details.get("hints", ())
-            )
             rows.append(
                 "<tr style='border-top:1px solid #e5e7eb'>"
                 f"<td style='padding:2px 6px;color:#6b7280'>{e.seq}</td>"
                 f"<td style='padding:2px 6px;color:#6b7280'>{esc(cell)}</td>"
                 f"<td style='padding:2px 6px;color:{color};font-weight:600'>{esc(e.kind)}</td>"
-                f"<td style='padding:2px 6px'>{esc(e.summary)}{hints}</td>"
+                f"<td style='padding:2px 6px'>{esc(e.summary)}{hints_html(e)}</td>"
                 f"<td style='padding:2px 6px;color:#6b7280'>{esc(short_where(e.where))}</td></tr>"
             )
         body = "".join(rows) or "<tr><td colspan='5' style='padding:4px'>(none yet)</td></tr>"
@@ -83,6 +86,24 @@ class EventLogView(View):
             + "</tr></thead>"
             f"<tbody>{body}</tbody></table></div>"
         )
+
+
+def explain(seq: int | None = None) -> ExplanationView:
+    """Why recompile or cache-miss event ``seq`` happened (default: the latest), as a view
+    (``tpu_lab.explain``, ``%tpu explain``)."""
+    from ..events import log
+
+    recompiles = log.events(("recompile", "cache_miss"))
+    if seq is None:
+        if not recompiles:
+            raise TpuLabError("Nothing to explain: no recompilation has been recorded yet.")
+        return ExplanationView(recompiles[-1])
+    match = [e for e in log.events() if e.seq == seq]
+    if not match:
+        raise TpuLabError(
+            f"No event #{seq} in the log; recompile events: {[e.seq for e in recompiles]}."
+        )
+    return ExplanationView(match[0])
 
 
 class ExplanationView(View):

@@ -6,34 +6,43 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ..controls import short_mode_name
-from ..device.driver import format_bytes
+from ..controls import mode_of
 from ..events import KINDS, Event
-from ..runtime.base import DeviceStatus, _chips
-from .base import View, clip, esc, terminal_width
+from ..hbm import format_bytes
+from ..runtime.base import DeviceStatus
+from .base import View, clip, counted, esc, terminal_width
 from .events import EventLogView
 from .memory import html_bar, percent, text_bar, usage_text
 
 _FONT = "font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px"
 
 
+def device_view(status: DeviceStatus) -> StatusView:
+    """The view of a :class:`DeviceStatus` alone (``tpu_lab.status()``)."""
+    return StatusView(status, record=False)
+
+
 class StatusView(View):
     """Built from plain data (a :class:`DeviceStatus`, the cache counters, events), so that it
-    renders the same anywhere; :meth:`current` reads them from this process."""
+    renders the same anywhere; :meth:`current` reads them from this process. With ``record``
+    False only the device is shown (the view of a :class:`DeviceStatus` alone)."""
 
     def __init__(
         self,
         status: DeviceStatus,
-        cache: Mapping[str, int] | None,
+        cache: Mapping[str, int] | None = None,
         recent: Sequence[Event] = (),
         counts: Mapping[str, int] | None = None,
         dropped: int = 0,
+        *,
+        record: bool = True,
     ) -> None:
         self.status = status
         self.cache = dict(cache) if cache is not None else None
         self.recent = tuple(recent)
         self.counts = dict(counts) if counts is not None else dict(Counter(e.kind for e in recent))
         self.dropped = dropped
+        self.record = record
 
     @classmethod
     def current(cls, recent: int = 5) -> StatusView:
@@ -55,18 +64,20 @@ class StatusView(View):
         s = self.status
         kind = "simulated on the CPU" if s.simulated else "hardware"
         shape = ",".join(map(str, s.topology_shape)) or "?"
-        return [
+        known = mode_of(s.eager_mode)
+        rows = [
             ("backend", f"{s.backend} ({kind})"),
             ("generation", s.device_name),
             (
                 "topology",
-                f"{s.topology}, {_chips(s.chips)} (mesh {shape}); "
+                f"{s.topology}, {counted(s.chips, 'chip')} (mesh {shape}); "
                 f"this process drives {s.devices_in_process} (tpu:0)",
             ),
-            ("eager mode", f"{s.eager_mode} ({short_mode_name(s.eager_mode)})"),
-            ("compile cache", self._cache_text()),
-            ("events", self._events_text()),
+            ("eager mode", s.eager_mode + (f" ({known.value})" if known else "")),
         ]
+        if self.record:
+            rows += [("compile cache", self._cache_text()), ("events", self._events_text())]
+        return rows
 
     def _cache_text(self) -> str:
         c = self.cache

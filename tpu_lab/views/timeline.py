@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..events import Event
-from .base import View, clip, esc, terminal_width
-from .events import _COLORS, short_where
+from .base import View, clip, counted, esc, terminal_width
+from .events import _COLORS, hints_html, short_where
 from .memory import figure_png
 
 #: The events a timeline shows: every compilation of torch.compile and of the eager cache.
@@ -20,10 +20,6 @@ def _what(e: Event) -> str:
     """What changed (recompiles, cache misses) or what was compiled (first compilations)."""
     changes = e.details.get("changes") or ()
     return "; ".join(changes) if changes else e.summary
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("s") else "s")
 
 
 def _cell(cell: int | None) -> str:
@@ -50,11 +46,11 @@ class RecompileTimelineView(View):
             e.details.get("compile_seconds", 0.0) for e in self.events if e.kind != "cache_miss"
         )
         parts = [
-            _plural(counts["recompile"], "recompile"),
-            _plural(counts["compile"], "compile"),
-            _plural(counts["cache_miss"], "cache miss"),
+            counted(counts["recompile"], "recompile"),
+            counted(counts["compile"], "compile"),
+            counted(counts["cache_miss"], "cache miss"),
         ]
-        where = f" in {_plural(len(cells), 'cell')}" if cells else ""
+        where = f" in {counted(len(cells), 'cell')}" if cells else ""
         return f"{self.title}: {', '.join(parts)}{where}; {seconds:.2f} s compiling"
 
     def _per_cell(self) -> list[tuple[str, int, bool]]:
@@ -102,10 +98,6 @@ class RecompileTimelineView(View):
         rows = []
         for e in self.events:
             color = _COLORS.get(e.kind, "#111827")
-            hints = "".join(
-                f"<div style='color:#374151'>fix: {esc(h)}</div>"
-                for h in e.details.get("hints", ())
-            )
             rows.append(
                 "<tr style='border-top:1px solid #e5e7eb'>"
                 f"<td style='padding:2px 6px;color:#6b7280'>{esc(_cell(e.cell))}</td>"
@@ -113,7 +105,7 @@ class RecompileTimelineView(View):
                 f"{esc(self._offset(e))}</td>"
                 f"<td style='padding:2px 6px;color:{color};font-weight:600'>{esc(e.kind)}</td>"
                 f"<td style='padding:2px 6px;color:#6b7280'>{esc(short_where(e.where))}</td>"
-                f"<td style='padding:2px 6px'>{esc(_what(e))}{hints}</td></tr>"
+                f"<td style='padding:2px 6px'>{esc(_what(e))}{hints_html(e)}</td></tr>"
             )
         if not rows:
             rows.append("<tr><td colspan='5' style='padding:4px'>(no compilations yet)</td></tr>")

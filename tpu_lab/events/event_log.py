@@ -2,7 +2,8 @@
 
 Every event is a frozen :class:`Event`. The log keeps the newest ``capacity`` events (older ones
 are dropped and counted), numbers them in order, tags each with the IPython cell that caused it,
-and notifies subscribers. Recording is a few dictionary and deque operations under one lock.
+and publishes each one on the event bus (kind ``recorded``; :meth:`EventLog.subscribe` delivers
+those of one log). Recording is a few dictionary and deque operations under one lock.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
+
+from .bus import BUS
 
 #: The kinds of event, in the order a user meets them.
 KINDS = (
@@ -63,7 +66,6 @@ class EventLog:
         self._events: collections.deque[Event] = collections.deque(maxlen=capacity)
         self._seq = 0
         self.dropped = 0
-        self._subscribers: list[Subscriber] = []
         self.enabled = True
         self.cell: Callable[[], int | None] = lambda: None
         #: Called before every read, to collect events recorded lazily (Dynamo's metrics).
@@ -76,7 +78,7 @@ class EventLog:
     def record(
         self, kind: str, summary: str, *, where: str | None = None, **details: Any
     ) -> Event | None:
-        """Append an event (``None`` when recording is off) and notify subscribers."""
+        """Append an event (``None`` when recording is off) and publish it on the bus."""
         if not self.enabled:
             return None
         if kind not in KINDS:
@@ -89,9 +91,7 @@ class EventLog:
             if len(self._events) == self._events.maxlen:
                 self.dropped += 1
             self._events.append(event)
-            subscribers = self._subscribers
-        for subscriber in subscribers:
-            subscriber(event)
+        BUS.emit("recorded", event=event, log=self)
         return event
 
     def events(
@@ -108,16 +108,26 @@ class EventLog:
             if (kinds is None or e.kind in kinds) and (cell is None or e.cell == cell)
         ]
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Call ``subscriber(event)`` for every new event; returns a function that unsubscribes."""
+    def last_seq(self) -> int:
+        """The number of the newest event recorded so far (0 before the first); with
+        :meth:`since`, what a block of code caused."""
+        self.pull()
         with self._lock:
-            self._subscribers = [*self._subscribers, subscriber]
+            return self._seq
 
-        def unsubscribe() -> None:
-            with self._lock:
-                self._subscribers = [s for s in self._subscribers if s is not subscriber]
+    def since(self, seq: int, kind: str | Iterable[str] | None = None) -> list[Event]:
+        """The kept events numbered after ``seq`` (a :meth:`last_seq`), optionally of some kinds."""
+        return [e for e in self.events(kind) if e.seq > seq]
 
-        return unsubscribe
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Call ``subscriber(event)`` for every event this log records (through the event bus);
+        returns a function that unsubscribes."""
+
+        def deliver(kind: str, data: dict[str, Any]) -> None:
+            if kind == "recorded" and data["log"] is self:
+                subscriber(data["event"])
+
+        return BUS.subscribe(deliver)
 
     def clear(self) -> None:
         with self._lock:

@@ -3,8 +3,11 @@ only): the mesh with what each chip holds, and per-chip memory against HBM capac
 
 from __future__ import annotations
 
-from .info import ModelLayout, format_bytes
-from .views import CHIP_COLORS, LayoutView, ShardingView, blocks, view
+from ..hbm import format_bytes
+from ..sharding.info import ModelLayout, ShardingInfo
+from ..sharding.mesh import MeshRun
+from ..sharding.plan import Plan
+from .sharding import CHIP_COLORS, blocks, sharding_data
 
 GiB = 1 << 30
 
@@ -70,27 +73,27 @@ def _memory_axes(ax, weights, activations, capacity: int | None, title: str,
     ax.legend(fontsize=8, loc="upper left")
 
 
-def figure(obj):
+def figure(obj, name: str | None = None):
     """The mesh and per-chip memory of a Plan or MeshRun, the mesh and bytes per chip of a
-    model layout, or a tensor's shard picture and bytes per chip."""
-    if isinstance(obj, ModelLayout):
-        obj = LayoutView(obj)
-    if not hasattr(obj, "layout") and not isinstance(obj, (ShardingView, LayoutView)):
-        obj = view(obj)
+    module or model layout, or the shard picture and bytes per chip of a tensor or
+    ShardingInfo (titled ``name``)."""
+    obj = sharding_data(obj)
     fig, (left, right) = _new_figure()
-    if isinstance(obj, ShardingView):
-        _tensor_axes(left, obj)
-        per = obj.info.bytes_per_chip
+    if isinstance(obj, ShardingInfo):
+        _tensor_axes(left, obj, name or "tensor")
+        per = obj.bytes_per_chip
         _memory_axes(right, per, (0,) * len(per), None, "bytes per chip", label="shard")
         return fig
-    layout = obj.layout
-    gen = getattr(obj, "generation", None)
+    layout = obj if isinstance(obj, ModelLayout) else obj.layout
+    gen = None if isinstance(obj, ModelLayout) else obj.generation
     shape = gen.topologies.get(layout.chips) if gen else None
-    if hasattr(obj, "activation_bytes"):
+    acts = (0,) * layout.chips
+    if isinstance(obj, Plan):
         weights, acts = obj.weight_bytes_per_chip, (obj.activation_bytes,) * layout.chips
+    elif isinstance(obj, MeshRun):
+        weights = obj.shard_bytes_per_chip
     else:
-        weights = getattr(obj, "shard_bytes_per_chip", layout.bytes_per_chip)
-        acts = (0,) * layout.chips
+        weights = layout.bytes_per_chip
     labels = [format_bytes(w + a) for w, a in zip(weights, acts, strict=True)]
     _mesh_axes(left, labels, _grid(layout.chips, shape),
                f"{layout.model}: {layout.chips} chips" + (f" (TPU {gen.name})" if gen else ""))
@@ -99,10 +102,10 @@ def figure(obj):
     return fig
 
 
-def _tensor_axes(ax, v: ShardingView) -> None:
+def _tensor_axes(ax, info: ShardingInfo, name: str) -> None:
     import numpy as np
 
-    dims, rows, cols, cells = blocks(v.info)
+    dims, rows, cols, cells = blocks(info)
     heights = [r1 - r0 for r0, r1 in rows]
     widths = [c1 - c0 for c0, c1 in cols]
     y = 0.0
@@ -122,7 +125,7 @@ def _tensor_axes(ax, v: ShardingView) -> None:
     ax.set_yticks(np.cumsum([0, *heights]))
     ax.set_xlabel(f"dim {dims[-1]}" if dims else "")
     ax.set_ylabel(f"dim {dims[0]}" if len(dims) == 2 else "")
-    ax.set_title(f"{v.name}: {', '.join(v.info.placements)}", fontsize=10)
+    ax.set_title(f"{name}: {', '.join(info.placements)}", fontsize=10)
 
 
 def _block(xy, w, h, color):

@@ -1,5 +1,6 @@
 """Pictures of sharding, as text and HTML from the same data: a tensor's shards on the mesh
-(any rank), a model's placement table sorted by bytes, per-chip HBM bars against capacity."""
+(any rank), a model's placement table sorted by bytes, per-chip HBM bars against capacity, a
+plan and a run on the one-process mesh (their figures: :mod:`.sharding_figures`)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ import textwrap
 
 import torch
 
-from ..views.base import View, clip, esc, terminal_width
-from .info import (
+from ..errors import ShardingError
+from ..hbm import format_bytes
+from ..sharding.info import (
     ModelLayout,
-    ShardingError,
     ShardingInfo,
     dtype_name,
     format_box,
-    format_bytes,
     model_layout,
     sharding_info,
 )
+from ..sharding.mesh import MeshRun
+from ..sharding.plan import Plan
+from .base import View, clip, esc, terminal_width
 
 #: One colour per chip in HTML (cycled past 10 chips); cells held by several chips are grey.
 CHIP_COLORS = ("#93c5fd", "#fca5a5", "#86efac", "#fcd34d", "#c4b5fd", "#f9a8d4", "#5eead4",
@@ -147,11 +150,6 @@ class ShardingView(View):
             + _grid_html(i, rows, cols, cells) + "</div>"
         )
 
-    def figure(self):
-        from .figures import figure
-
-        return figure(self)
-
 
 def _grid_text(info, dims, rows, cols, cells, width) -> list[str]:
     room = max(min(width - 16, 72), 8)
@@ -271,14 +269,10 @@ class LayoutView(View):
                 + "".join(f"<th style='{_TD};text-align:left'>{h}</th>" for h in heads)
                 + f"</tr></thead><tbody>{body}</tbody></table></div>")
 
-    def figure(self):
-        from .figures import figure
 
-        return figure(self)
-
-
-class MemoryView(View):
-    """Per-chip HBM bars: weights, the activation estimate, free, against capacity."""
+class PlanMemoryView(View):
+    """Per-chip HBM bars of a plan or a mesh run: weights, the activation estimate, free,
+    against capacity."""
 
     def __init__(self, weights, activations, capacity: int, title: str) -> None:
         self.weights = tuple(weights)
@@ -322,14 +316,14 @@ class MemoryView(View):
                 f"grey: free){''.join(rows)}</div>")
 
 
-def memory_view(obj) -> MemoryView:
+def memory_view(obj: Plan | MeshRun) -> PlanMemoryView:
     """The HBM bars of a Plan (weights + activation estimate) or a MeshRun (real shards)."""
-    if hasattr(obj, "activation_bytes"):
+    if isinstance(obj, Plan):
         acts = (obj.activation_bytes,) * obj.chips
         title = f"HBM, TPU {obj.generation.name}"
-        return MemoryView(obj.weight_bytes_per_chip, acts, obj.hbm_per_chip, title)
-    return MemoryView(obj.shard_bytes_per_chip, (0,) * obj.chips, obj.hbm_per_chip,
-                      f"HBM, TPU {obj.generation.name} (real shards)")
+        return PlanMemoryView(obj.weight_bytes_per_chip, acts, obj.hbm_per_chip, title)
+    return PlanMemoryView(obj.shard_bytes_per_chip, (0,) * obj.chips, obj.hbm_per_chip,
+                          f"HBM, TPU {obj.generation.name} (real shards)")
 
 
 def _plan_facts(p) -> list[str]:
@@ -354,21 +348,23 @@ def _wrap(facts: list[str], width: int) -> list[str]:
     return [line for f in facts for line in textwrap.wrap(f, width, subsequent_indent="  ")]
 
 
-def plan_text(p, width: int | None = None) -> str:
-    width = terminal_width(width)
-    lines = _wrap(_plan_facts(p), width)
-    return "\n".join([*lines, memory_view(p).to_text(width), LayoutView(p.layout).to_text(width)])
-
-
 def _facts_html(facts: list[str], ok: bool) -> str:
     color = "#16a34a" if ok else "#dc2626"
     return "".join(f"<div style='{_STYLE}{f';color:{color};font-weight:600' * (k == 1)}'>"
                    f"{esc(f)}</div>" for k, f in enumerate(facts))
 
 
-def plan_html(p) -> str:
-    facts = _facts_html(_plan_facts(p), p.fits)
-    return f"<div>{facts}{memory_view(p).to_html()}{LayoutView(p.layout).to_html()}</div>"
+class PlanView(View):
+    """A plan: the verdict, HBM bars per chip, every weight sorted by bytes per chip."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def to_text(self, width: int | None = None) -> str:
+        return _facts_text(_plan_facts(self.plan), self.plan, width)
+
+    def to_html(self) -> str:
+        return _facts_page(_plan_facts(self.plan), self.plan.fits, self.plan)
 
 
 def _run_facts(r) -> list[str]:
@@ -384,42 +380,65 @@ def _run_facts(r) -> list[str]:
     ]
 
 
-def run_text(r, width: int | None = None) -> str:
+class MeshRunView(View):
+    """A tensor-parallel run on the one-process mesh next to the unsharded model."""
+
+    def __init__(self, run: MeshRun) -> None:
+        self.run = run
+
+    def to_text(self, width: int | None = None) -> str:
+        return _facts_text(_run_facts(self.run), self.run, width)
+
+    def to_html(self) -> str:
+        return _facts_page(_run_facts(self.run), self.run.matches, self.run)
+
+
+def _facts_text(facts: list[str], obj: Plan | MeshRun, width: int | None) -> str:
     width = terminal_width(width)
-    lines = _wrap(_run_facts(r), width)
-    return "\n".join([*lines, memory_view(r).to_text(width), LayoutView(r.layout).to_text(width)])
+    return "\n".join([*_wrap(facts, width), memory_view(obj).to_text(width),
+                      LayoutView(obj.layout).to_text(width)])
 
 
-def run_html(r) -> str:
-    facts = _facts_html(_run_facts(r), r.matches)
-    return f"<div>{facts}{memory_view(r).to_html()}{LayoutView(r.layout).to_html()}</div>"
+def _facts_page(facts: list[str], ok: bool, obj: Plan | MeshRun) -> str:
+    return (f"<div>{_facts_html(facts, ok)}{memory_view(obj).to_html()}"
+            f"{LayoutView(obj.layout).to_html()}</div>")
 
 
-def view(obj, name: str | None = None) -> View:
-    """The picture of ``obj``: a tensor or DTensor (its shards), a ShardingInfo, a module or a
-    ModelLayout (the placement table), a Plan or a MeshRun (themselves)."""
-    if isinstance(obj, View):
-        return obj
+def sharding_data(obj) -> ShardingInfo | ModelLayout | Plan | MeshRun:
+    """What is drawn of ``obj``'s sharding: a tensor's (or DTensor's) ShardingInfo, a module's
+    ModelLayout, sharding data as it is; anything else is a :class:`ShardingError`."""
     if isinstance(obj, torch.Tensor):
-        return ShardingView(sharding_info(obj), name)
-    if isinstance(obj, ShardingInfo):
-        return ShardingView(obj, name)
+        return sharding_info(obj)
     if isinstance(obj, torch.nn.Module):
-        return LayoutView(model_layout(obj))
-    if isinstance(obj, ModelLayout):
-        return LayoutView(obj)
+        return model_layout(obj)
+    if isinstance(obj, (ShardingInfo, ModelLayout, Plan, MeshRun)):
+        return obj
     raise ShardingError(
         f"Cannot draw the sharding of a {type(obj).__name__}: pass a tensor or DTensor, an "
-        "nn.Module, a ShardingInfo, a ModelLayout or a Plan."
+        "nn.Module, a ShardingInfo, a ModelLayout, a Plan or a MeshRun."
     )
 
 
-def figure(obj):
-    """A matplotlib figure of the mesh and per-chip memory of a Plan, MeshRun, model layout
-    or tensor (needs matplotlib)."""
-    from .figures import figure as _figure
+def view(obj, name: str | None = None) -> View:
+    """The picture of ``obj``'s sharding (:func:`sharding_data`): a tensor's shards titled
+    ``name``, a module's placement table, a plan, a mesh run (a View is its own picture)."""
+    from .lookup import view as lookup
 
-    return _figure(obj)
+    if isinstance(obj, View):
+        return obj
+    data = sharding_data(obj)
+    return ShardingView(data, name) if isinstance(data, ShardingInfo) else lookup(data)
 
 
-__all__ = ["LayoutView", "MemoryView", "ShardingView", "figure", "memory_view", "view"]
+__all__ = [
+    "CHIP_COLORS",
+    "LayoutView",
+    "MeshRunView",
+    "PlanMemoryView",
+    "PlanView",
+    "ShardingView",
+    "blocks",
+    "memory_view",
+    "sharding_data",
+    "view",
+]
