@@ -580,3 +580,8 @@ def test_completions_of_a_line():
     assert completions("%tpu plan cfg ", ["cfg"]) == []
     assert completions("%tpu nosuch ") == []
     assert completions("%tpu recompiles --plot ") == []
+
+
+def test_a_double_dash_where_a_value_goes_is_a_usage_error(shell):
+    # argparse hands the second positional [] here, not a string (found by test_magics_fuzz)
+    assert usage_error(shell, "parity t -- --").startswith("%tpu parity: '--' is not a value\n")

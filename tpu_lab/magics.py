@@ -359,6 +359,8 @@ class TpuMagics(Magics):
             args = PARSERS[name].parse_args(tokens[1:])
         except UsageError as exc:
             raise _error(name, str(exc)) from None
+        if any(isinstance(value, list) for value in vars(args).values()):
+            raise _error(name, "'--' is not a value")  # argparse hands [] where "--" stood
         return getattr(self, f"_{name}")(args, cell)
 
     # --- running a cell ---------------------------------------------------------------------
