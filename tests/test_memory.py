@@ -115,3 +115,25 @@ def test_checking_a_size_reserves_nothing_and_counts_only_a_refusal(small_chip):
         small_chip.check(32 << 30)
     assert small_chip.stats().ooms == before.ooms + 1
     assert small_chip.stats().live == before.live
+
+
+def test_reset_accumulated_memory_stats_zeroes_the_counts_not_the_bytes(small_chip):
+    x = torch.empty(MiB, dtype=torch.uint8, device="tpu")
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(20 << 30, dtype=torch.uint8, device="tpu")
+    before = torch.accelerator.memory_stats()
+    assert before["allocation.all.allocated"] > 0 and before["num_ooms"] > 0
+    torch.accelerator.reset_accumulated_memory_stats()
+    after = torch.accelerator.memory_stats()
+    assert (after["allocation.all.allocated"], after["num_ooms"]) == (0, 0)
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after.get("allocation.all.current") == before.get("allocation.all.current")
+    stats = small_chip.stats()
+    assert (stats.allocations, stats.ooms) == (0, 0) and stats.live >= MiB
+    y = torch.empty(MiB, dtype=torch.uint8, device="tpu")
+    assert torch.accelerator.memory_stats()["allocation.all.allocated"] == 1
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(20 << 30, dtype=torch.uint8, device="tpu")
+    small_chip.reset_accumulated()  # the chip's own reset, on either core
+    assert (small_chip.stats().allocations, small_chip.stats().ooms) == (0, 0)
+    del x, y

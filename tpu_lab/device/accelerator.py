@@ -55,6 +55,7 @@ def reset_peak_memory_stats(device_index=None, /) -> None:
 
 def reset_accumulated_memory_stats(device_index=None, /) -> None:
     _index(device_index)
+    chip().reset_accumulated()
 
 
 def empty_cache() -> None:

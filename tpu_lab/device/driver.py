@@ -130,6 +130,14 @@ class Chip:
         with self._lock:
             self.peak = self._drain()
 
+    def reset_accumulated(self) -> None:
+        """Zero the counts of allocations and out-of-memory errors (not the bytes held)."""
+        if self.native is not None:
+            self.native.reset_accumulated()
+            return
+        with self._lock:
+            self.allocations = self.ooms = 0
+
 
 class Block:
     """The host memory behind one "tpu" storage: a CPU tensor, charged to the chip.

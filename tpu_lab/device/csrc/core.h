@@ -26,9 +26,10 @@ struct HbmStats {
   int64_t capacity = 0;
   int64_t live = 0;
   int64_t peak = 0;
-  int64_t allocations = 0;
+  int64_t allocations = 0;  // accumulated, like frees and ooms (reset_accumulated zeroes them)
   int64_t frees = 0;
   int64_t ooms = 0;
+  int64_t blocks = 0;  // allocations held now
 };
 
 HbmStats hbm_stats();

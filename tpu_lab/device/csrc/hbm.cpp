@@ -81,7 +81,7 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     fill(stats.reserved_bytes, s.live, s.peak, 0, 0);
     fill(stats.active_bytes, s.live, s.peak, 0, 0);
     fill(stats.requested_bytes, s.live, s.peak, 0, 0);
-    fill(stats.allocation, s.allocations - s.frees, 0, s.allocations, s.frees);
+    fill(stats.allocation, s.blocks, 0, s.allocations, s.frees);
     stats.num_ooms = s.ooms;
     return stats;
   }
@@ -164,6 +164,7 @@ static void hbm_request(size_t nbytes, bool reserve) {
       if (reserve) {
         hbm.live = wanted;
         hbm.allocations += 1;
+        hbm.blocks += 1;
         if (wanted > hbm.peak) {
           hbm.peak = wanted;
         }
@@ -190,6 +191,7 @@ void hbm_release(size_t nbytes) {
   std::lock_guard<std::mutex> lock(hbm_mutex);
   hbm.live -= static_cast<int64_t>(nbytes);
   hbm.frees += 1;
+  hbm.blocks -= 1;
 }
 
 c10::Allocator* device_allocator() {

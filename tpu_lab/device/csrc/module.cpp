@@ -90,6 +90,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("set_capacity", &hbm_set_capacity);
   m.def("reset_peak", &hbm_reset_peak);
+  m.def("reset_accumulated", &hbm_reset_accumulated);
   m.def("charge", [](int64_t nbytes) { hbm_charge(static_cast<size_t>(nbytes)); });
   m.def("release", [](int64_t nbytes) { hbm_release(static_cast<size_t>(nbytes)); });
   m.def("check", [](int64_t nbytes) { hbm_check(static_cast<size_t>(nbytes)); });
