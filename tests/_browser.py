@@ -41,12 +41,13 @@ def free_port() -> int:
 def served(app):
     """``app.launch(...)`` (a ``tpu_lab.apps`` module) on a free port of 127.0.0.1, compiling the
     ATen graph (seconds, where Inductor takes a minute); closed, Dynamo's caches dropped, and
-    the environment restored on the way out."""
+    the lowering restored on the way out."""
     import torch
 
+    from tpu_lab.device.compile_backend import lowering
+
     torch._dynamo.reset()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+    with lowering("aten"):
         blocks = None
         try:
             blocks = app.launch(port=free_port(), block=False)

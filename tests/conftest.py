@@ -35,3 +35,15 @@ def compiled_core():
     device.install()
     if device.CORE.name != "compiled":
         pytest.skip("needs the compiled core's hooks (tpu-lab build-core)")
+
+
+@pytest.fixture
+def use_lowering():
+    """``use_lowering("aten")``: "tpu" graphs compiled for the rest of the test run that way
+    (``aten``: the ATen graph as is, instant; ``inductor``: Inductor's CPU code, the default)."""
+    import contextlib
+
+    from tpu_lab.device.compile_backend import lowering
+
+    with contextlib.ExitStack() as stack:
+        yield lambda name: stack.enter_context(lowering(name))

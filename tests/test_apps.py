@@ -4,7 +4,7 @@ One server for the module (a free port on 127.0.0.1, closed in ``finally``). Req
 the image, the trajectory video (H.264, decoded here to the right frame count and size) and
 the request's events; in compiled mode the first request compiles the UNet and a new batch size
 recompiles it, with the reason. Bad inputs come back as the app's message. Compiled graphs run
-the ATen graph (``TPU_LAB_COMPILE_LOWERING=aten``): compiling with Inductor takes much longer.
+the ATen graph (the ``aten`` lowering): compiling with Inductor takes much longer.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ def models():
 
 
 @pytest.mark.parametrize("lowering", ["aten", "inductor"])
-def test_compiled_forward_and_backward(models, lowering, monkeypatch):
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", lowering)
+def test_compiled_forward_and_backward(models, lowering, use_lowering):
+    use_lowering(lowering)
     torch._dynamo.reset()
     cpu, tpu = models
     x = torch.randn(4, 32)
@@ -87,3 +87,21 @@ def test_inductor_and_dynamic_are_refused_for_tpu_inputs_as_in_torchtpu(models):
     torch._dynamo.reset()
     with pytest.raises(Exception, match="TPU backend does not support torch.compile"):
         torch.compile(tpu, backend="tpu", dynamic=True)(torch.ones(2, 32, device="tpu"))
+
+
+def test_the_lowering_is_read_once_and_a_block_chooses_it(monkeypatch):
+    from tpu_lab.device import compile_backend
+
+    chosen = compile_backend._lowering()  # TPU_LAB_COMPILE_LOWERING, read at the first use
+    other = "aten" if chosen == "inductor" else "inductor"
+    monkeypatch.setenv(compile_backend.LOWERING_ENV, other)
+    assert compile_backend._lowering() == chosen
+    with compile_backend.lowering(other):
+        assert compile_backend._lowering() == other
+        with pytest.raises(KeyError), compile_backend.lowering(chosen):
+            assert compile_backend._lowering() == chosen
+            raise KeyError("the block raised")
+        assert compile_backend._lowering() == other
+    assert compile_backend._lowering() == chosen
+    with pytest.raises(ValueError, match="lowering must be 'inductor' or 'aten', got 'gcc'"):
+        compile_backend.lowering("gcc").__enter__()

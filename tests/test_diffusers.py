@@ -4,11 +4,11 @@ Tiny pipelines are built from configs (no hub access), saved with ``save_pretrai
 loaded back with ``Pipeline.from_pretrained``: a DDPMPipeline (UNet2DModel with attention
 blocks) and a DiTPipeline (DiTTransformer2DModel, a tiny AutoencoderKL, DDPMScheduler).
 
-Compiled runs (``backend="tpu"``) are compared with the CPU's eager output: with
-``TPU_LAB_COMPILE_LOWERING=aten`` the graph runs the CPU's own ATen kernels (bitwise equal);
-with the default Inductor lowering, Inductor's fused, vectorised CPU code rounds differently
-(reassociated reductions, vectorised transcendental functions), so the results are close, to
-a tolerance stated at each test.
+Compiled runs (``backend="tpu"``) are compared with the CPU's eager output: with the ``aten``
+lowering (``compile_backend.lowering``) the graph runs the CPU's own ATen kernels (bitwise
+equal); with the default Inductor lowering, Inductor's fused, vectorised CPU code rounds
+differently (reassociated reductions, vectorised transcendental functions), so the results are
+close, to a tolerance stated at each test.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
+from tpu_lab.device import compile_backend
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -29,7 +30,6 @@ from diffusers import (  # noqa: E402
     UNet2DModel,
 )
 
-LOWERING_ENV = "TPU_LAB_COMPILE_LOWERING"
 STEPS = 4
 BATCH = 2
 SIZE = 16
@@ -193,8 +193,8 @@ def _unet_inputs():
     return torch.randn(BATCH, 3, SIZE, SIZE, generator=g), torch.tensor(999)
 
 
-def _compiled_unet_forward(unet_cpu, lowering, monkeypatch):
-    monkeypatch.setenv(LOWERING_ENV, lowering)
+def _compiled_unet_forward(unet_cpu, lowering, use_lowering):
+    use_lowering(lowering)
     unet = UNet2DModel.from_config(unet_cpu.config)
     unet.load_state_dict(unet_cpu.state_dict())
     unet = unet.eval().to("tpu")
@@ -208,18 +208,18 @@ def _compiled_unet_forward(unet_cpu, lowering, monkeypatch):
     return expected, actual.cpu()
 
 
-def test_unet_forward_compiled_aten_lowering_bitwise(fresh_dynamo, monkeypatch):
+def test_unet_forward_compiled_aten_lowering_bitwise(fresh_dynamo, use_lowering):
     """A UNet without attention blocks: the aten lowering gives the CPU's bits."""
     torch.manual_seed(0)
-    expected, actual = _compiled_unet_forward(_unet(attention=False).eval(), "aten", monkeypatch)
+    expected, actual = _compiled_unet_forward(_unet(attention=False).eval(), "aten", use_lowering)
     assert torch.equal(expected, actual)
 
 
 def test_unet_with_attention_forward_compiled_aten_lowering_bitwise(
-    ddpm_dir, fresh_dynamo, monkeypatch
+    ddpm_dir, fresh_dynamo, use_lowering
 ):
     unet_cpu = UNet2DModel.from_pretrained(ddpm_dir / "unet").eval()
-    expected, actual = _compiled_unet_forward(unet_cpu, "aten", monkeypatch)
+    expected, actual = _compiled_unet_forward(unet_cpu, "aten", use_lowering)
     assert torch.equal(expected, actual)
 
 
@@ -230,8 +230,7 @@ def ddpm_compiled_inductor(ddpm_dir):
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     cpu, tpu = _pipes(DDPMPipeline, ddpm_dir)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(LOWERING_ENV, "inductor")
+    with compile_backend.lowering("inductor"):
         tpu.unet.compile(backend="tpu", fullgraph=True, dynamic=False)
         sample, t = _unet_inputs()
         with torch.no_grad():  # as in the pipeline: compiles the inference graph
@@ -265,8 +264,8 @@ def test_ddpm_pipeline_compiled_unet_inductor_close(ddpm_compiled_inductor):
 
 
 @pytest.mark.parametrize("lowering", ["aten", "inductor"])
-def test_dit_pipeline_compiled_transformer(dit_dir, lowering, fresh_dynamo, monkeypatch):
-    monkeypatch.setenv(LOWERING_ENV, lowering)
+def test_dit_pipeline_compiled_transformer(dit_dir, lowering, fresh_dynamo, use_lowering):
+    use_lowering(lowering)
     cpu, tpu = _pipes(DiTPipeline, dit_dir)
     tpu.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
     expected = _dit(cpu)

@@ -181,10 +181,10 @@ def test_step_callback_sees_and_replaces_the_latents(pipe):
     assert torch.equal(out.cpu(), torch.full((2, 1, 8, 8), 0.5))  # zeros in [-1, 1] -> 0.5
 
 
-def test_compiled_unet_compiles_once_for_all_steps(pipe, fresh_dynamo, monkeypatch):
+def test_compiled_unet_compiles_once_for_all_steps(pipe, fresh_dynamo, use_lowering):
     from tpu_lab.events import log
 
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+    use_lowering("aten")
     kwargs = {"class_labels": [0, 9], "num_inference_steps": 5, "output_type": "pt"}
     eager = pipe(generator=_seed(2), **kwargs).images
     compiled = DigitsPipeline(

@@ -26,8 +26,8 @@ EagerMode = torch.tpu.EagerMode
 
 
 @pytest.fixture
-def shell(monkeypatch):
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")  # instant torch.compile
+def shell(use_lowering):
+    use_lowering("aten")  # instant torch.compile
     sh = InteractiveShell.instance()
     tpu_lab.load_ipython_extension(sh)
     torch.tpu.eager_mode = EagerMode.DEFER_NEVER

@@ -81,9 +81,9 @@ class _Shown(View):
 
 
 @pytest.fixture
-def shell(monkeypatch, tmp_path):
+def shell(monkeypatch, tmp_path, use_lowering):
     """A real shell with the real delegates, except those that start processes or threads."""
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+    use_lowering("aten")
     monkeypatch.chdir(tmp_path)
     from transformers import LlamaConfig
 

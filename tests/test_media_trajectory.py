@@ -239,8 +239,8 @@ def test_errors_exact_text(ddpm, latent):
 # Compiled UNet: capture adds no graph break and no recompilation
 
 
-def test_compiled_unet_no_recompile_with_capture(latent, fresh_dynamo, monkeypatch):
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+def test_compiled_unet_no_recompile_with_capture(latent, fresh_dynamo, use_lowering):
+    use_lowering("aten")
     pipe = TinyLatentPipeline(unet=latent.unet, vae=latent.vae, scheduler=latent.scheduler)
     pipe.unet = UNet2DModel.from_config(latent.unet.config).to("tpu")
     pipe.unet.load_state_dict(latent.unet.state_dict())

@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def shell(monkeypatch):
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")  # instant torch.compile
+def shell(use_lowering):
+    use_lowering("aten")  # instant torch.compile
     sh = InteractiveShell.instance()
     tpu_lab.load_ipython_extension(sh)
     log.clear()
@@ -49,8 +49,8 @@ def _step():
     return y.sum().item(), y.cpu()
 
 
-def test_recorder_sees_ops_syncs_compiles_and_transfers(monkeypatch, fresh_dynamo):
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+def test_recorder_sees_ops_syncs_compiles_and_transfers(use_lowering, fresh_dynamo):
+    use_lowering("aten")
     _step()  # warm up the ops' first-call probes
     torch._dynamo.reset()
     with Recorder("step") as rec:

@@ -219,7 +219,7 @@ def test_guided_generation_runs_the_empty_prompt_too(pipe):
 
 
 def test_compiled_transformer_compiles_once_per_size_and_explains_the_recompile(
-    pipe, fresh_dynamo, monkeypatch
+    pipe, fresh_dynamo, use_lowering
 ):
     import copy
 
@@ -227,7 +227,7 @@ def test_compiled_transformer_compiles_once_per_size_and_explains_the_recompile(
 
     from tpu_lab.events import log
 
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+    use_lowering("aten")
     kwargs = {"prompt": _prompts(2), "num_inference_steps": 4, "output_type": "pt",
               "max_sequence_length": shapes.TOKENS}  # fmt: skip
     eager = pipe(generator=_seed(3), height=32, width=32, **kwargs).images

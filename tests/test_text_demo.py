@@ -5,7 +5,7 @@ the "tpu" device is the CPU's, token for token; from "Beautiful is" it recites t
 Python it was trained on. The app is served on 127.0.0.1 (a free port, closed in ``finally``)
 and called with gradio_client: it returns the text and the request's events (compiled mode
 compiles once, then reuses the graph: one window shape). Bad inputs come back as the app's
-message. Compiled graphs run the ATen graph (``TPU_LAB_COMPILE_LOWERING=aten``).
+message. Compiled graphs run the ATen graph (the ``aten`` lowering).
 """
 
 from __future__ import annotations

@@ -212,10 +212,10 @@ def test_greedy_generate_static_cache_eager_equal_to_cpu(model_dirs, name):
 
 
 @pytest.mark.parametrize("lowering", ["aten", "inductor"])
-def test_greedy_generate_static_cache_compiled(model_dirs, lowering, monkeypatch, fresh_dynamo):
+def test_greedy_generate_static_cache_compiled(model_dirs, lowering, use_lowering, fresh_dynamo):
     """transformers compiles the decode step for a static cache on "tpu" (not on the CPU),
     with ``torch.compile(backend="tpu", dynamic=False)``."""
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", lowering)
+    use_lowering(lowering)
     name = "llama"
     cpu, tpu = _pair(model_dirs, name)
     expected, actual = _generate_pair(cpu, tpu, name, cache_implementation="static")

@@ -64,8 +64,8 @@ def test_timeline_figure():
     assert RecompileTimelineView([]).png().startswith(b"\x89PNG")
 
 
-def test_timeline_of_a_real_recompile(fresh_dynamo, monkeypatch):
-    monkeypatch.setenv("TPU_LAB_COMPILE_LOWERING", "aten")
+def test_timeline_of_a_real_recompile(fresh_dynamo, use_lowering):
+    use_lowering("aten")
     tpu_lab.events.log.clear()
     f = torch.compile(lambda x: x * 2, backend="tpu")
     for n in (3, 4):

@@ -3,30 +3,55 @@
 Dynamo captures the graph, AOTAutograd splits it into forward and backward ATen graphs, and
 each graph is lowered to the CPU: its "tpu" device arguments become "cpu", its tensors are
 the payloads of the "tpu" inputs (no copies), and the graph is compiled by Inductor's CPU
-code generator (``TPU_LAB_COMPILE_LOWERING=aten`` runs the ATen graph as is instead, which
-compiles instantly). Outputs are wrapped back as "tpu" tensors. As with TorchTPU, backend
+code generator (``TPU_LAB_COMPILE_LOWERING=aten``, read once at the first compilation, or a
+:func:`lowering` block runs the ATen graph as is instead, which compiles instantly). Outputs
+are wrapped back as "tpu" tensors. As with TorchTPU, backend
 "tpu" means ``dynamic=False`` unless the caller says otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 
 import torch
 
 from . import bridge, hooks
 
-#: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten").
+#: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten"), read once,
+#: at the first compilation.
 LOWERING_ENV = "TPU_LAB_COMPILE_LOWERING"
+LOWERINGS = ("inductor", "aten")
 _CPU = torch.device("cpu")
+_chosen: str | None = None  # set by a lowering() block
+
+
+@functools.cache
+def _lowering_from_env() -> str:
+    value = os.environ.get(LOWERING_ENV, "inductor").strip().lower()
+    if value not in LOWERINGS:
+        raise ValueError(f"{LOWERING_ENV}={value!r}: use 'inductor' (default) or 'aten'.")
+    return value
 
 
 def _lowering() -> str:
-    value = os.environ.get(LOWERING_ENV, "inductor").strip().lower()
-    if value not in ("inductor", "aten"):
-        raise ValueError(f"{LOWERING_ENV}={value!r}: use 'inductor' (default) or 'aten'.")
-    return value
+    return _chosen or _lowering_from_env()
+
+
+@contextlib.contextmanager
+def lowering(name: str) -> Iterator[str]:
+    """Graphs compiled inside the block run as ``name`` ("inductor" or "aten") on the CPU;
+    the previous choice comes back after it, also when the block raises."""
+    global _chosen
+    if name not in LOWERINGS:
+        raise ValueError(f"lowering must be 'inductor' or 'aten', got {name!r}.")
+    previous, _chosen = _chosen, name
+    try:
+        yield name
+    finally:
+        _chosen = previous
 
 
 def _cpu_value(v):
