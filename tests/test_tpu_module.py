@@ -204,3 +204,21 @@ def test_device_names_per_generation():
             assert torch.tpu.get_device_properties().total_memory == hbm << 30
     finally:
         tpu_lab.use_topology("v6e-1")
+
+
+def test_torch_tpu_synchronize_is_a_sync_point_as_torch_accelerator_synchronize(monkeypatch):
+    from tpu_lab.events import log
+
+    monkeypatch.setenv("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS", "1")  # called here from user code
+    x = torch.ones(3, device="tpu")
+    seen = []
+    for synchronize in (torch.tpu.synchronize, torch.accelerator.synchronize):
+        seq = log.last_seq()
+        with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+            requests = torch.tpu._get_cache_requests()
+            y = x * 2 + 1  # recorded, pending until a sync point
+            synchronize()  # ends the graph: one cache request
+            assert torch.tpu._get_cache_requests() == requests + 1
+        seen.append([(e.kind, e.details.get("reason")) for e in log.since(seq, ("sync",))])
+        del y
+    assert seen[0] == seen[1] == [("sync", "synchronize")]
