@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from tpu_lab.errors import NotSimulatedError
-from tpu_lab.sharding.torchrun import LAUNCH_ENV, set_tpu_launch_env, topology_for
+from tpu_lab.sharding.launch_env import set_tpu_launch_env, topology_for
+from tpu_lab.sharding.torchrun import LAUNCH_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -199,7 +200,7 @@ def test_on_a_tpu_vm_the_launch_environment_is_torchtpus(monkeypatch):
     set_tpu_launch_env sets in the parent; tpu_lab calls it there (torchrun and the cluster)."""
     import types
 
-    import tpu_lab
+    from tpu_lab import runtime
     from tpu_lab.sharding import torchrun
 
     calls = []
@@ -209,7 +210,7 @@ def test_on_a_tpu_vm_the_launch_environment_is_torchtpus(monkeypatch):
         os.environ.setdefault("TORCH_TPU_TOPOLOGY", "2,2,1")
 
     monkeypatch.delenv("TORCH_TPU_TOPOLOGY", raising=False)
-    monkeypatch.setattr(tpu_lab, "backend", lambda: types.SimpleNamespace(simulated=False))
+    monkeypatch.setattr(runtime, "backend", lambda: types.SimpleNamespace(simulated=False))
     monkeypatch.setitem(vars(torch.tpu.distributed), "set_tpu_launch_env", fake)
     assert torchrun.prepare_launch(4) == "TPU 2,2,1"
     assert calls == [4]

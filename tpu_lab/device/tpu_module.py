@@ -356,8 +356,8 @@ _OPS = (
 
 
 def _set_tpu_launch_env(*, nnodes=None, nproc_per_node=None) -> None:
-    """TorchTPU's launch environment on the bundled device (tpu_lab.sharding.torchrun)."""
-    from ..sharding.torchrun import set_tpu_launch_env
+    """TorchTPU's launch environment on the bundled device (tpu_lab.sharding.launch_env)."""
+    from ..sharding.launch_env import set_tpu_launch_env
 
     set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)
 

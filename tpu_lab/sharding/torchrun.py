@@ -28,57 +28,11 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from ..errors import NotSimulatedError, SpmdError
+from ..errors import SpmdError
+from .launch_env import set_tpu_launch_env, topology_for
 
 #: Marks every process of one launch (tests use it to check that none is left).
 LAUNCH_ENV = "TPU_LAB_TORCHRUN"
-#: The generation chosen when the launch names none.
-DEFAULT_GENERATION = "v6e"
-
-
-def topology_for(world_size: int, generation: str | None = None) -> str:
-    """A topology name with ``world_size`` devices: ``generation``'s, else the first of v6e,
-    v5p, v4, v5e and v7 that has one."""
-    from ..device.topology import GENERATIONS
-
-    order = [generation] if generation else [DEFAULT_GENERATION, "v5p", "v4", "v5e", "v7"]
-    for name in order:
-        if name not in GENERATIONS:
-            known = ", ".join(GENERATIONS)
-            raise SpmdError(f"Unknown TPU generation {name!r}; use one of {known}.")
-        if world_size in GENERATIONS[name].topologies:
-            return f"{name}-{world_size}"
-    counts = sorted({n for g in GENERATIONS.values() for n in g.topologies})
-    raise SpmdError(
-        f"No simulated topology of {generation or 'any generation'} has {world_size} devices; "
-        f"use --nproc-per-node with one of {counts}."
-    )
-
-
-def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None = None) -> None:
-    """TorchTPU's ``torch.tpu.distributed.set_tpu_launch_env`` on the bundled device: in the
-    parent, before a launcher spawns the ranks, choose the simulated topology (one device per
-    rank: ``TPU_LAB_TOPOLOGY``) and set what TorchTPU sets that code may read
-    (``TORCH_TPU_TOPOLOGY`` as ``"2,2,1"``, ``TORCH_TPU_XPROF_SESSION_ID``). As there, a
-    variable already set is never overwritten. One host only (``nnodes`` 1)."""
-    import time
-
-    from ..device.topology import parse_topology
-
-    if nnodes not in (None, 1):
-        raise NotSimulatedError(
-            f"set_tpu_launch_env(nnodes={nnodes}): the bundled device simulates one host."
-        )
-    if nproc_per_node is None:
-        from ..runtime import backend
-
-        nproc_per_node = backend().status().chips
-    name = os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc_per_node))
-    shape = parse_topology(name).shape
-    os.environ.setdefault("TORCH_TPU_TOPOLOGY", ",".join(map(str, shape)))
-    os.environ.setdefault("TORCH_TPU_XPROF_SESSION_ID", str(time.time_ns()))
-
-
 def prepare_launch(nproc: int, generation: str | None = None) -> str:
     """In the parent of ``nproc`` ranks (torchrun, the SPMD cluster): the launch environment
     every rank inherits. Bundled device: :func:`set_tpu_launch_env`. TPU VM: TorchTPU's own
