@@ -115,3 +115,30 @@ def test_table_cells_read_left_aligned_in_notebooks():
     )
     bundle = tpu_lab.event_log()._repr_mimebundle_()
     assert "<td style='text-align:left;" in bundle["text/html"]
+
+
+def test_the_lookup_draws_data_objects_and_refuses_the_rest():
+    from tpu_lab.errors import TpuLabError
+    from tpu_lab.views import StatusView, view
+
+    drawn = view(tpu_lab.status())
+    assert isinstance(drawn, StatusView) and view(drawn) is drawn
+    assert drawn.to_text(100).startswith("tpu_lab status\n  backend       tpu_lab bundled")
+    assert "compile cache" not in drawn.to_text(100)  # the device alone, not this process's record
+    with pytest.raises(TpuLabError, match="tpu_lab has no picture of a object; it draws "):
+        view(object())
+
+
+def test_a_data_object_left_as_a_cells_value_is_drawn_in_ipython():
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    shell = InteractiveShell.instance()
+    tpu_lab.load_ipython_extension(shell)  # registers the formatters of views.lookup
+    data = tpu_lab.status()
+    bundle, _ = shell.display_formatter.format(data)
+    assert bundle["text/plain"] == tpu_lab.view(data).to_text()
+    assert bundle["text/html"].startswith("<div style=")
+    with capture_output() as cap:
+        shell.run_cell("import tpu_lab\ntpu_lab.status()", store_history=True)
+    assert "tpu_lab status" in cap.stdout and "DeviceStatus(" not in cap.stdout

@@ -1,4 +1,4 @@
-"""The live dashboard: per-chip HBM, the eager/compiled toggle, compile-cache hit rate and the event
+"""The live dashboard: per-chip HBM, the eager-mode toggle, compile-cache hit rate and the event
 feed grouped by notebook cell, as an anywidget that updates while cells run.
 
 The dashboard subscribes to the event bus: every event its log records reaches
