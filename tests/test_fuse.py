@@ -1,4 +1,5 @@
-"""DEFER_AND_FUSE: the simulated eager compile cache, its statistics and its explanations."""
+"""The simulated eager compile cache: DEFER_AND_FUSE's graphs (statistics, explanations) and
+DEFER_NEVER's single-op graphs (statistics), as TorchTPU's one cache counts them."""
 
 from __future__ import annotations
 
@@ -36,11 +37,11 @@ def test_growing_length_misses_once_per_length_then_hits(fresh):
     lengths = [3, 4, 5, 3, 4, 5, 5]
     with torch.tpu.set_eager_mode(FUSE):
         fused = [_step(w, n) for n in lengths]
-    eager = [_step(w, n) for n in lengths]
-    assert fused == eager  # the mode changes no number
     assert torch.tpu._get_cache_requests() == 7
     assert torch.tpu._get_cache_misses() == 3
     assert torch.tpu._get_cache_hits() == 4
+    eager = [_step(w, n) for n in lengths]
+    assert fused == eager  # the mode changes no number
     misses = events.log.events("cache_miss")
     # the first op the device sees: matmul whole (Python core) or its first piece (compiled)
     for miss, (new, old) in zip(misses[1:], ((4, 3), (5, 4)), strict=True):
@@ -100,9 +101,91 @@ def test_cache_only_mode_refuses_new_graphs(fresh):
             torch.tpu._set_cache_only(False)
 
 
-def test_other_modes_do_not_touch_the_cache(fresh):
-    torch.ones(3, device="tpu").sum().item()
-    assert torch.tpu._get_cache_requests() == 0
+def _requests_hits_misses() -> tuple[int, int, int]:
+    tpu = torch.tpu
+    return tpu._get_cache_requests(), tpu._get_cache_hits(), tpu._get_cache_misses()
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_NEVER_AND_LAUNCH_BLOCKING"])
+def test_op_by_op_modes_compile_and_cache_every_op(fresh, mode):
+    """TorchTPU compiles each eager op as a graph of its own, cached by op and arguments."""
+    x = torch.ones(3, device="tpu")  # one op (a fill): one compilation
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode[mode]):
+        assert _requests_hits_misses() == (1, 0, 1)
+        for _ in range(3):
+            (x * 2).sum()
+        assert _requests_hits_misses() == (7, 4, 3)
+        x.view(1, 3).t()  # views are metadata: nothing compiles
+        x.item() if x.numel() == 1 else x.cpu()  # a transfer compiles nothing either
+        assert _requests_hits_misses() == (7, 4, 3)
+        (x * 3).sum()  # the scalar is baked in: a new mul, the same sum
+        torch.ones(4, device="tpu").sum()  # new shapes: new fill, new sum
+        assert _requests_hits_misses() == (11, 5, 6)
+    stats = torch.tpu._get_cache_stats()
+    assert (stats.num_cache_reqs, stats.num_cache_hits, stats.num_compilations) == (11, 5, 6)
+    assert sorted(e.read_count for e in stats.per_entry_stats) == [0, 0, 0, 0, 2, 3]
+    assert events.log.events("cache_miss") == []  # counted, not explained op by op
+    torch.tpu._clear_cache()
+    assert _requests_hits_misses() == (0, 0, 0)
+
+
+def test_graphs_and_single_ops_share_the_statistics(fresh):
+    x = torch.ones(3, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):  # ops recorded into a graph are not counted alone
+        (x * 2).sum().item()
+        (x * 2).sum().item()
+    assert _requests_hits_misses() == (3, 1, 2)  # the fill, then one graph twice
+
+
+def test_cache_only_mode_refuses_new_ops(fresh):
+    x = torch.ones(3, device="tpu")
+    x + 1
+    torch.tpu._set_cache_only(True)
+    try:
+        x + 1  # cached: fine
+        with pytest.raises(
+            RuntimeError, match=r"Compilation cache miss in cache-only mode \(the op aten\.mul"
+        ):
+            x * 2
+    finally:
+        torch.tpu._set_cache_only(False)
+
+
+def test_precision_and_excess_precision_are_part_of_every_key(fresh):
+    a = torch.ones(4, 4, device="tpu")
+    a @ a
+    with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+        a @ a  # another compiled matmul
+        a + a  # not a matmul: the same op as before
+    a + a
+    assert _requests_hits_misses() == (5, 1, 4)  # fill, mm, mm at HIGHEST, add, add (hit)
+    previous = torch.tpu.allow_excess_precision
+    torch.tpu.allow_excess_precision = not previous
+    try:
+        a + a  # every op compiles anew for the new setting
+    finally:
+        torch.tpu.allow_excess_precision = previous
+    assert _requests_hits_misses() == (6, 1, 5)
+    with torch.tpu.set_eager_mode(FUSE):
+        (a @ a).sum().item()
+        with torch.tpu.precision(torch.tpu.Precision.HIGH):
+            (a @ a).sum().item()
+    change = events.log.events("cache_miss")[-1].details["changes"][0]
+    assert re.fullmatch(
+        r"op 0 \(aten\.(mm|matmul)\) at precision HIGH vs cached DEFAULT \(torch\.tpu\.precision\)",
+        change,
+    )
+    torch.tpu.allow_excess_precision = not previous
+    try:
+        with torch.tpu.set_eager_mode(FUSE):
+            (a @ a).sum().item()
+    finally:
+        torch.tpu.allow_excess_precision = previous
+    change = events.log.events("cache_miss")[-1].details["changes"][0]
+    assert change == (
+        f"the same graph, compiled anew for torch.tpu.allow_excess_precision = {not previous} "
+        f"(cached with {previous})"
+    )
 
 
 def test_runtime_facade_reports_the_cache(fresh):
@@ -112,7 +195,8 @@ def test_runtime_facade_reports_the_cache(fresh):
     with torch.tpu.set_eager_mode(FUSE):
         x.sum().item()
         x.sum().item()
-    assert tpu_lab.backend().cache_stats() == {"requests": 2, "hits": 1, "misses": 1}
+    # the fill of torch.ones (an op of DEFER_NEVER), then one graph twice
+    assert tpu_lab.backend().cache_stats() == {"requests": 3, "hits": 1, "misses": 2}
 
 
 def test_cache_miss_explanation_and_storm(fresh):

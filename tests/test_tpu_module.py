@@ -111,6 +111,29 @@ def test_eager_mode_property_and_context_manager_restore_on_exceptions():
     assert torch.tpu.eager_mode is E.DEFER_NEVER
 
 
+def test_calling_an_eager_mode_fails_as_in_torchtpu_and_names_the_spelling_that_works():
+    """``with em.eager_mode(em.EagerMode.DEFER_NEVER):`` (a TorchTPU tutorial's spelling) fails
+    in torch-tpu 0.2.0 with this TypeError (compared in test_torchtpu_contract): so here."""
+    import importlib
+
+    execution_mode = importlib.import_module("torch_tpu._internal.execution_mode")  # stand-in
+    E = torch.tpu.EagerMode
+    for module in (torch.tpu, execution_mode):
+        with (
+            pytest.raises(
+                TypeError,
+                match=r"^'EagerMode' object is not callable\. .*write `with torch\.tpu\."
+                r"set_eager_mode\(torch\.tpu\.EagerMode\.DEFER_AND_FUSE\):` for a block",
+            ),
+            module.eager_mode(E.DEFER_AND_FUSE),
+        ):
+            pass
+    assert torch.tpu.eager_mode is E.DEFER_NEVER
+    switch = r"`torch\.tpu\.eager_mode = torch\.tpu\.EagerMode\.DEFER_NEVER`"
+    with pytest.raises(TypeError, match=switch):
+        E.DEFER_NEVER()
+
+
 def test_eager_mode_cannot_change_inside_torch_compile():
     @torch.compile(backend="eager", fullgraph=True)
     def f(x):
@@ -134,6 +157,26 @@ def test_precision_is_a_context_manager():
     assert torch.tpu.allow_excess_precision is False
     with pytest.raises(TypeError, match="allow_excess_precision must be True or False"):
         torch.tpu.allow_excess_precision = "yes"
+
+
+def test_allow_excess_precision_comes_from_xla_flags_on_first_use(monkeypatch):
+    """TorchTPU: False unless XLA_FLAGS sets XLA's flag; parsed once, on first use."""
+    from tpu_lab.device import modes
+
+    monkeypatch.setattr(modes.SETTINGS, "allow_excess_precision", None)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x --xla_allow_excess_precision=true")
+    assert torch.tpu.allow_excess_precision is True
+    monkeypatch.setenv("XLA_FLAGS", "--xla_allow_excess_precision=false")
+    assert torch.tpu.allow_excess_precision is True  # already read
+    for flags, value in (("--xla_allow_excess_precision=0", False), ("", False),
+                         ("--xla_allow_excess_precision", True)):  # fmt: skip
+        monkeypatch.setattr(modes.SETTINGS, "allow_excess_precision", None)
+        monkeypatch.setenv("XLA_FLAGS", flags)
+        assert torch.tpu.allow_excess_precision is value
+    monkeypatch.setattr(modes.SETTINGS, "allow_excess_precision", None)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_allow_excess_precision=yes")
+    with pytest.raises(ValueError, match="--xla_allow_excess_precision takes true or false"):
+        torch.tpu.allow_excess_precision  # noqa: B018
 
 
 def test_streams_and_events():

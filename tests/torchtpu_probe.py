@@ -26,6 +26,11 @@ try:
     internal_error = None
 except RuntimeError as exc:
     internal_error = str(exc)
+try:  # as some of TorchTPU's tutorials write it: with em.eager_mode(em.EagerMode.DEFER_NEVER)
+    tpu.eager_mode(tpu.EagerMode.DEFER_NEVER)
+    eager_mode_call = None
+except TypeError as exc:
+    eager_mode_call = str(exc).partition(". ")[0]  # ours goes on to name the working spelling
 
 print(
     json.dumps(
@@ -36,6 +41,7 @@ print(
             "precisions": {n: int(p) for n, p in tpu.Precision.__members__.items()},
             "allow_excess_precision": tpu.allow_excess_precision,
             "internal_error": internal_error,
+            "eager_mode_call": eager_mode_call,
             "hbm_summary_prefix": tpu._hbm_usage_summary().split(":")[0],
             "mesh_params": list(inspect.signature(tpu.topology_aware_mesh).parameters),
             "set_eager_mode_params": list(inspect.signature(tpu.set_eager_mode).parameters),

@@ -74,6 +74,12 @@ def _on_payloads(q, k, v, attn_mask, is_causal, scale, enable_gqa):
     except NoPayloadError:  # tracing: fake tensors take the kernel choice below
         return None
     out = _cpu_sdpa(uq, uk, uv, umask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)
+    if kernels.counter is not None:  # one op: one single-op graph
+        kernels.counter(
+            "scaled_dot_product_attention",
+            (q, k, v, attn_mask, 0.0, is_causal),
+            {"scale": scale, "enable_gqa": enable_gqa},
+        )
     return wrap(out)
 
 

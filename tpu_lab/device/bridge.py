@@ -2,7 +2,8 @@
 
 The event log, the eager modes and the compile backend see "tpu" tensors through these few
 functions: a tensor's bytes as a CPU tensor (:func:`payload`), a CPU result as a "tpu" tensor
-(:func:`wrap`), the op recorder of ``DEFER_AND_FUSE`` (:func:`set_recorder`), sync points
+(:func:`wrap`), the op recorder of ``DEFER_AND_FUSE`` (:func:`set_recorder`; in the other
+modes ops are counted per op instead, :func:`configure_op_cache`), sync points
 (:func:`sync_point`) and the default generator. The compiled core calls :func:`_notify` at sync
 points and transfers; the Python core's kernels call :func:`sync_point` and emit themselves.
 """
@@ -23,6 +24,8 @@ def use_native(native) -> None:
     global _native
     _native = native
     native.set_notifier(_notify)
+    native.op_cache_dot_ops(sorted(fuse.DOT_OPS))
+    configure_op_cache()
 
 
 def native():
@@ -59,15 +62,33 @@ def synchronize() -> None:
 
 
 def set_recorder(fn) -> None:
-    """Start (``fn``) or stop (None) reporting every op to ``fn(qualname, args, kwargs)``."""
+    """Start (``fn``) or stop (None) reporting every op to ``fn(qualname, args, kwargs)``.
+    While ops are reported they are not counted as single-op graphs (``fuse.OpCache``)."""
     global recorder
     recorder = fn
     if _native is not None:
         _native.set_recorder(fn)
+        configure_op_cache()
     else:
         from . import kernels
 
         kernels.recorder = fn
+        kernels.counter = fuse.OPS.count if fn is None else None
+
+
+def configure_op_cache() -> None:
+    """Tell the compiled core what its per-op counts depend on: whether it counts (not while
+    ``DEFER_AND_FUSE`` records), cache-only mode, the matmul precision and
+    ``allow_excess_precision`` (part of every key). Called whenever one of them changes."""
+    if _native is not None:
+        from .modes import allow_excess_precision, current_precision
+
+        _native.op_cache_configure(
+            recorder is None,
+            fuse.CACHE.cache_only,
+            int(current_precision()),
+            allow_excess_precision(),
+        )
 
 
 def has_payload(x) -> bool:

@@ -32,7 +32,7 @@ import torch
 
 CORE_ENV = "TPU_LAB_CORE"
 _NAME = "tpu_lab_core"
-_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "module.cpp")
+_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "opcache.cpp", "module.cpp")
 _HERE = Path(__file__).resolve().parent
 
 
@@ -46,7 +46,7 @@ class CoreChoice:
 
 def _fingerprint() -> str:
     digest = hashlib.sha256(f"torch {torch.__version__} python {sys.version}".encode())
-    for name in (*_SOURCES, "core.h"):
+    for name in (*_SOURCES, "core.h", "opcache.h"):
         digest.update((_HERE / "csrc" / name).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -1,26 +1,57 @@
-"""``EagerMode.DEFER_AND_FUSE`` on the bundled device: TorchTPU's eager compile cache, simulated.
+"""TorchTPU's eager compile cache, simulated: graphs in ``DEFER_AND_FUSE``, ops in ``DEFER_NEVER``.
 
-TorchTPU records eager ops until a sync point (``.item()``, a copy to the host, printing,
-``synchronize``), compiles the recorded graph and caches it under a key made of the op order,
-the shapes and dtypes of the inputs and the Python scalars (which are baked in). A new key is a
-compilation; a known one a cache hit.
+In ``DEFER_AND_FUSE`` TorchTPU records eager ops until a sync point (``.item()``, a copy to the
+host, printing, ``synchronize``), compiles the recorded graph and caches it under a key made of
+the op order, the shapes and dtypes of the inputs and the Python scalars (which are baked in). A
+new key is a compilation; a known one a cache hit. In ``DEFER_NEVER`` (and
+``DEFER_NEVER_AND_LAUNCH_BLOCKING``) every op is a graph of its own, compiled once per key and
+looked up in the same cache, so ``torch.tpu._get_cache_stats()`` counts every op there.
 
 The bundled device keeps the cache and its statistics exactly that way, but executes every op
 at once (it does not defer or fuse, so the mode is not faster here, and the numbers are those
-of ``DEFER_NEVER``). What it simulates is *which* sync points would compile and why.
+of ``DEFER_NEVER``). What it simulates is *which* sync points would compile and why. Graphs are
+:class:`CompileCache` (with explanations in the event log); single ops are counted, without
+events, by :class:`OpCache` for the kernels written in Python and by the compiled core for its
+own (``csrc/opcache.cpp``). A matmul's or convolution's precision (``torch.tpu.precision``) and
+``torch.tpu.allow_excess_precision`` are part of every key, as they are of TorchTPU's
+executables.
 """
 
 from __future__ import annotations
 
 import datetime
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
 
 from . import hooks
+from .modes import Precision, allow_excess_precision, current_precision
 
 _Tensor = torch.Tensor
+
+#: Ops the TPU runs on its MXU (the names the device's kernels see): their precision is part
+#: of a compiled graph.
+DOT_OPS = frozenset(
+    {
+        "mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "addr",
+        "_addmm_activation", "matmul", "linear", "bilinear", "_trilinear", "einsum",
+        "tensordot", "inner", "convolution", "convolution_backward",
+        "convolution_overrideable", "convolution_backward_overrideable", "conv1d", "conv2d",
+        "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+        "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _AtPrecision:
+    """A recorded dot op's precision, as the last part of its signature."""
+
+    precision: Precision
 
 
 @dataclass
@@ -61,6 +92,30 @@ def _is_tensor(signature) -> bool:
     )
 
 
+_dot: dict[str, bool] = {}  # op name -> whether it is a DOT_OPS op (asked for every op)
+
+
+def _op_signature(name: str, args: tuple, kwargs: dict) -> tuple:
+    signature = tuple(
+        [(a.shape, a.dtype) if isinstance(a, _Tensor) else _signature(a) for a in args]
+    )
+    if kwargs:
+        signature += tuple([(k, _signature(v)) for k, v in kwargs.items()])
+    dot = _dot.get(name)
+    if dot is None:
+        dot = _dot[name] = name.partition(".")[0] in DOT_OPS
+    if dot:
+        signature += (_AtPrecision(current_precision()),)
+    return signature
+
+
+def _cache_only_miss(what: str) -> RuntimeError:
+    return RuntimeError(
+        f"Compilation cache miss in cache-only mode ({what}). Call "
+        "torch.tpu._set_cache_only(False), or warm up this shape first."
+    )
+
+
 @dataclass
 class _Entry:
     ops: tuple
@@ -80,20 +135,18 @@ class CompileCache:
         self.dump_on_miss = False
 
     def record(self, name: str, args: tuple, kwargs: dict) -> None:
-        signature = tuple([_signature(a) for a in args])
-        if kwargs:
-            signature += tuple([(k, _signature(v)) for k, v in kwargs.items()])
-        self.pending.append((name, signature))
+        self.pending.append((name, _op_signature(name, args, kwargs)))
 
     def flush(self, reason: str) -> None:
         """A sync point: look the recorded graph up in the cache."""
         ops, self.pending = tuple(self.pending), []
         if not ops:
             return
+        key = (allow_excess_precision(), ops)
         now = datetime.datetime.now()
         with self._lock:
             self.requests += 1
-            entry = self.entries.get(ops)
+            entry = self.entries.get(key)
             if entry is not None:
                 self.hits += 1
                 entry.stats.read_count += 1
@@ -101,43 +154,115 @@ class CompileCache:
                 hooks.emit("cache_hit", ops=len(ops), reason=reason)
                 return
             if self.cache_only:
-                raise RuntimeError(
-                    f"Compilation cache miss in cache-only mode (a graph of {len(ops)} ops at a "
-                    f"sync point: {reason}). Call torch.tpu._set_cache_only(False), or warm up "
-                    "this shape first."
-                )
-            closest = _closest(ops, self.entries)
+                raise _cache_only_miss(f"a graph of {len(ops)} ops at a sync point: {reason}")
+            closest = _closest(key, self.entries)
             # no compiler runs on the bundled device: a compilation takes no time here
-            self.entries[ops] = _Entry(ops, EntryStats(datetime.timedelta(0), now, 0))
+            self.entries[key] = _Entry(ops, EntryStats(datetime.timedelta(0), now, 0))
         hooks.emit(
-            "cache_miss", ops=len(ops), reason=reason, difference=_difference(ops, closest),
+            "cache_miss", ops=len(ops), reason=reason, difference=_difference(key, closest),
             graph=[name for name, _ in ops] if self.dump_on_miss else None,
         )  # fmt: skip
 
     def stats(self) -> PerfStats:
+        """Graphs and single ops together, as TorchTPU's one cache counts them."""
         with self._lock:
-            return PerfStats(
-                self.requests,
-                self.hits,
-                len(self.entries),
-                None,
-                [e.stats for e in self.entries.values()],
-            )
+            requests, hits = self.requests, self.hits
+            entries = [e.stats for e in self.entries.values()]
+        for source in _op_caches():
+            more_requests, more_hits, more_entries = source.op_cache_stats(True)
+            requests, hits = requests + more_requests, hits + more_hits
+            entries += [_entry_stats(reads, last) for reads, last in more_entries]
+        return PerfStats(requests, hits, len(entries), None, entries)
+
+    def counts(self) -> tuple[int, int]:
+        """Requests and hits, graphs and single ops together (cheaper than :meth:`stats`)."""
+        with self._lock:
+            requests, hits = self.requests, self.hits
+        for source in _op_caches():
+            more_requests, more_hits, _ = source.op_cache_stats(False)
+            requests, hits = requests + more_requests, hits + more_hits
+        return requests, hits
 
     def clear(self) -> None:
         with self._lock:
             self.entries.clear()
             self.pending = []
             self.requests = self.hits = 0
+        for source in _op_caches():
+            source.op_cache_clear()
         hooks.emit("cache_cleared")
 
 
-def _closest(ops: tuple, entries: dict) -> tuple | None:
-    """The cached graph sharing the longest prefix with ``ops`` (the newest on ties)."""
-    best, best_len = None, -1
+class OpCache:
+    """``DEFER_NEVER``: the cache of single-op graphs, for the ops kernels written in Python run
+    (the Python core's, the TPU numerics emulation's). Counted, not explained: no events."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.entries: dict[tuple, list] = {}  # key -> [reads, last read (time.time())]
+        self.requests = 0
+        self.hits = 0
+
+    def count(self, name: str, args: tuple, kwargs: dict) -> None:
+        key = (allow_excess_precision(), name, _op_signature(name, args, kwargs))
+        now = time.time()
+        with self._lock:
+            self.requests += 1
+            entry = self.entries.get(key)
+            if entry is not None:
+                self.hits += 1
+                entry[0] += 1
+                entry[1] = now
+                return
+            if CACHE.cache_only:
+                raise _cache_only_miss(f"the op aten.{name} with new arguments")
+            self.entries[key] = [0, now]
+
+    def op_cache_stats(self, entries: bool) -> tuple[int, int, list[tuple[int, float]]]:
+        """Requests, hits and, with ``entries``, (reads, last read in seconds since the epoch)
+        per entry."""
+        with self._lock:
+            listed = [(r, t) for r, t in self.entries.values()] if entries else []
+            return self.requests, self.hits, listed
+
+    def op_cache_clear(self) -> None:
+        with self._lock:
+            self.entries.clear()
+            self.requests = self.hits = 0
+
+
+def _entry_stats(reads: int, last_read: float) -> EntryStats:
+    return EntryStats(datetime.timedelta(0), datetime.datetime.fromtimestamp(last_read), reads)
+
+
+def _op_caches() -> list:
+    """Where single ops are counted: :data:`OPS`, and the compiled core where it runs."""
+    from . import bridge
+
+    native = bridge.native()
+    return [OPS] if native is None else [OPS, _NativeOps(native)]
+
+
+@dataclass(frozen=True)
+class _NativeOps:
+    """The compiled core's counts (last reads in nanoseconds there)."""
+
+    native: object
+
+    def op_cache_stats(self, entries: bool) -> tuple[int, int, list[tuple[int, float]]]:
+        requests, hits, listed = self.native.op_cache_stats(entries)
+        return requests, hits, [(reads, last / 1e9) for reads, last in listed]
+
+    def op_cache_clear(self) -> None:
+        self.native.op_cache_clear()
+
+
+def _closest(key: tuple, entries: dict) -> tuple | None:
+    """The cached graph sharing the longest prefix with ``key``'s ops (the newest on ties)."""
+    ops, best, best_len = key[1], None, -1
     for cached in entries:
         n = 0
-        for a, b in zip(ops, cached, strict=False):
+        for a, b in zip(ops, cached[1], strict=False):
             if a != b:
                 break
             n += 1
@@ -146,10 +271,18 @@ def _closest(ops: tuple, entries: dict) -> tuple | None:
     return best
 
 
-def _difference(ops: tuple, cached: tuple | None) -> dict:
+def _difference(key: tuple, cached: tuple | None) -> dict:
     """What differs from the closest cached graph, as data for the explanation."""
+    ops = key[1]
     if cached is None:
         return {"kind": "first", "text": f"first graph of this kind ({len(ops)} ops)"}
+    if cached[1] == ops:
+        return {
+            "kind": "setting",
+            "text": f"the same graph, compiled anew for torch.tpu.allow_excess_precision = "
+            f"{key[0]} (cached with {cached[0]})",
+        }
+    cached = cached[1]
     for index, (new, old) in enumerate(zip(ops, cached, strict=False)):
         if new == old:
             continue
@@ -171,6 +304,12 @@ def _argument_difference(index: int, new: tuple, old: tuple) -> dict:
     for position, (a, b) in enumerate(zip(new[1], old[1], strict=False)):
         if a == b:
             continue
+        if isinstance(a, _AtPrecision) and isinstance(b, _AtPrecision):
+            return {
+                "kind": "precision",
+                "text": f"op {index} (aten.{name}) at precision {a.precision.name} vs cached "
+                f"{b.precision.name} (torch.tpu.precision)",
+            }
         if _is_tensor(a) and _is_tensor(b):
             if a[0] != b[0]:
                 dims = [d for d, (x, y) in enumerate(zip(a[0], b[0], strict=False)) if x != y]
@@ -208,3 +347,4 @@ def _is_size(value) -> bool:
 
 
 CACHE = CompileCache()
+OPS = OpCache()

@@ -371,6 +371,7 @@ def _view_plan(op, bindings: bool):
         finally:
             _include_meta(previous)
 
+    plan.view = True  # metadata only: no graph to compile
     return plan
 
 
@@ -612,6 +613,11 @@ def _base_plan(op, name: str, bindings: bool):
 
 #: Set while the eager mode is DEFER_AND_FUSE: called with every op (see fuse.py).
 recorder = None
+#: Set in the other modes: counts every op that computes as a single-op graph (fuse.OpCache).
+counter = fuse.OPS.count
+# What no compiled graph runs: allocation, resizing, reading a scalar to the host (views, also
+# left out, are told by their plan).
+_UNCOUNTED = frozenset({"_local_scalar_dense", "empty.memory_format", "empty_strided", "resize_"})
 
 
 def sync_point(reason: str) -> None:
@@ -622,13 +628,17 @@ def sync_point(reason: str) -> None:
 
 def _kernel(qualname: str):
     plan = None
+    counted = False
 
     def kernel(*args, **kwargs):
-        nonlocal plan
-        if recorder is not None:
-            recorder(qualname, args, kwargs)
+        nonlocal plan, counted
         if plan is None:
             plan = _plan(qualname)
+            counted = qualname not in _UNCOUNTED and not getattr(plan, "view", False)
+        if recorder is not None:
+            recorder(qualname, args, kwargs)
+        elif counted and counter is not None:
+            counter(qualname, args, kwargs)
         return plan(args, kwargs)
 
     return kernel

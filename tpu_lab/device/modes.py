@@ -1,12 +1,16 @@
 """Execution settings of the device: eager mode and matmul precision, as TorchTPU has them.
 
-Global settings are properties of ``torch.tpu`` (``torch.tpu.eager_mode = ...``); local ones
+Global settings are properties of ``torch.tpu`` (``torch.tpu.eager_mode = ...``,
+``torch.tpu.allow_excess_precision``) or, for the float32 matmul precision, PyTorch's own
+``torch.set_float32_matmul_precision`` (which TorchTPU takes over, :func:`install`); local ones
 are context managers that restore the previous value in ``finally``.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import os
 import threading
 from contextlib import contextmanager
 
@@ -21,9 +25,22 @@ class EagerMode(enum.Enum):
     DEFER_NEVER_AND_LAUNCH_BLOCKING = 2
     _INTERNAL_COMPILE_FX_GRAPH = 4
 
+    def __call__(self, *args, **kwargs):
+        """TorchTPU 0.2.0 refuses this too (``torch.tpu.eager_mode`` is a value, not a context
+        manager, although some of its tutorials write ``with em.eager_mode(mode):``): the same
+        TypeError, and the spelling that works."""
+        mode = args[0] if args and isinstance(args[0], EagerMode) else self
+        raise TypeError(
+            "'EagerMode' object is not callable. torch.tpu.eager_mode (and torch_tpu's "
+            "execution_mode.eager_mode) is the current mode, not a context manager, in TorchTPU "
+            f"0.2.0 as here: write `with torch.tpu.set_eager_mode(torch.tpu.EagerMode."
+            f"{mode.name}):` for a block (execution_mode.set_eager_mode in torch_tpu), or "
+            f"`torch.tpu.eager_mode = torch.tpu.EagerMode.{mode.name}` to switch for good."
+        )
+
 
 class Precision(enum.IntEnum):
-    """Matmul precision (TorchTPU's values); the bundled device computes in full float32."""
+    """Float32 matmul precision on the MXU (TorchTPU's values: StableHLO's precision config)."""
 
     DEFAULT = 0
     HIGH = 1
@@ -34,8 +51,10 @@ class _Settings:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.eager_mode = EagerMode.DEFER_NEVER
+        # precision[0] is the global one (torch.set_float32_matmul_precision); blocks push
         self.precision: list[Precision] = [Precision.DEFAULT]
-        self.allow_excess_precision = False
+        # None until first read: then XLA_FLAGS decides, as in TorchTPU
+        self.allow_excess_precision: bool | None = None
 
 
 SETTINGS = _Settings()
@@ -79,17 +98,110 @@ def set_eager_mode(mode):
 
 @contextmanager
 def precision(mode: Precision):
-    """Matmul precision inside the block (TorchTPU: a context manager, not a setting)."""
+    """Float32 matmul precision inside the block (TorchTPU: a context manager over the global
+    precision of ``torch.set_float32_matmul_precision``). Numbers change only while the TPU
+    numerics emulation is on (``tpu_lab.numerics.emulate``)."""
     if not isinstance(mode, Precision):
         raise ValueError(
             "expected to be one of 'PrecisionConfig.DEFAULT', 'PrecisionConfig.HIGH', or "
             f"'PrecisionConfig.HIGHEST', got '{mode}'"
         )
     SETTINGS.precision.append(mode)
+    _precision_changed()
     try:
         yield
     finally:
         SETTINGS.precision.pop()
+        _precision_changed()
+
+
+def _precision_changed() -> None:
+    """Precision and excess precision are part of every compiled op's key: tell the core."""
+    from .bridge import configure_op_cache
+
+    configure_op_cache()
+
+
+#: Environment variable: ``tpu`` turns the TPU numerics emulation on at start (read once);
+#: default ``cpu`` (``tpu_lab.numerics.emulate`` switches at run time).
+NUMERICS_ENV = "TPU_LAB_NUMERICS"
+
+#: TorchTPU's names for the global precision (``torch.set_float32_matmul_precision``).
+_MATMUL_PRECISION = {
+    "medium": Precision.DEFAULT,
+    "high": Precision.HIGH,
+    "highest": Precision.HIGHEST,
+}
+
+
+def install() -> None:
+    """Take over ``torch.set_float32_matmul_precision`` and ``torch.get_float32_matmul_precision``
+    as TorchTPU does when it starts the device: they set and read the global precision of the
+    TPU's float32 matmuls ("medium" = ``DEFAULT``, TorchTPU's default; "high" = ``HIGH``;
+    "highest" = ``HIGHEST``), no longer PyTorch's setting for the CPU."""
+    import torch
+
+    if getattr(torch.set_float32_matmul_precision, "_tpu_lab", False):
+        return
+
+    @functools.wraps(torch.set_float32_matmul_precision)
+    def set_float32_matmul_precision(precision: str) -> None:
+        if precision not in _MATMUL_PRECISION:
+            raise ValueError(
+                f"expected to be one of 'highest', 'high', or 'medium', got '{precision}'"
+            )
+        SETTINGS.precision[0] = _MATMUL_PRECISION[precision]
+        _precision_changed()
+
+    @functools.wraps(torch.get_float32_matmul_precision)
+    def get_float32_matmul_precision() -> str:
+        names = {p: name for name, p in _MATMUL_PRECISION.items()}
+        return names[SETTINGS.precision[0]]
+
+    set_float32_matmul_precision._tpu_lab = True
+    torch.set_float32_matmul_precision = set_float32_matmul_precision
+    torch.get_float32_matmul_precision = get_float32_matmul_precision
+
+
+def current_precision() -> Precision:
+    """The innermost ``torch.tpu.precision(...)`` block's precision, else the global one."""
+    return SETTINGS.precision[-1]
+
+
+#: XLA's flag, read from ``XLA_FLAGS`` as TorchTPU reads it (once, on first use).
+EXCESS_PRECISION_FLAG = "--xla_allow_excess_precision"
+
+
+def allow_excess_precision() -> bool:
+    """``torch.tpu.allow_excess_precision``: as set, else ``XLA_FLAGS``' value, else False."""
+    if SETTINGS.allow_excess_precision is None:
+        SETTINGS.allow_excess_precision = _excess_precision_from_flags()
+    return SETTINGS.allow_excess_precision
+
+
+def set_allow_excess_precision(value: bool) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"allow_excess_precision must be True or False, got {value!r}.")
+    SETTINGS.allow_excess_precision = value
+    _precision_changed()
+
+
+def _excess_precision_from_flags() -> bool:
+    value = False
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        name, equals, setting = flag.partition("=")
+        if name != EXCESS_PRECISION_FLAG:
+            continue
+        if not equals or setting in ("true", "True", "1"):
+            value = True
+        elif setting in ("false", "False", "0"):
+            value = False
+        else:
+            raise ValueError(
+                f"XLA_FLAGS has {flag!r}: {EXCESS_PRECISION_FLAG} takes true or false "
+                f"(e.g. XLA_FLAGS={EXCESS_PRECISION_FLAG}=false)."
+            )
+    return value
 
 
 def _refuse_inside_compile() -> None:

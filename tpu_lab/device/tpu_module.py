@@ -114,13 +114,13 @@ class _TpuModule(types.ModuleType):
 
     @property
     def allow_excess_precision(self) -> bool:
-        return modes.SETTINGS.allow_excess_precision
+        """Whether XLA may keep more precision than asked (TorchTPU: False unless XLA_FLAGS has
+        ``--xla_allow_excess_precision``); a change makes every later graph compile anew."""
+        return modes.allow_excess_precision()
 
     @allow_excess_precision.setter
     def allow_excess_precision(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"allow_excess_precision must be True or False, got {value!r}.")
-        modes.SETTINGS.allow_excess_precision = value
+        modes.set_allow_excess_precision(value)
 
     def __getattr__(self, name: str):
         raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")
@@ -279,18 +279,19 @@ def _hbm_usage_summary() -> str:
     return f"CompilationCache HBM usage: 0B for {executables} executables."
 
 
-# The eager compile cache (DEFER_AND_FUSE), under TorchTPU's private names (used by its docs).
+# The eager compile cache (DEFER_AND_FUSE graphs, single ops otherwise), under TorchTPU's
+# private names (used by its docs).
 def _get_cache_requests() -> int:
-    return fuse.CACHE.stats().num_cache_reqs
+    return fuse.CACHE.counts()[0]
 
 
 def _get_cache_hits() -> int:
-    return fuse.CACHE.stats().num_cache_hits
+    return fuse.CACHE.counts()[1]
 
 
 def _get_cache_misses() -> int:
-    stats = fuse.CACHE.stats()
-    return stats.num_cache_reqs - stats.num_cache_hits
+    requests, hits = fuse.CACHE.counts()
+    return requests - hits
 
 
 def _get_cache_stats() -> fuse.PerfStats:
@@ -303,6 +304,7 @@ def _clear_cache() -> None:
 
 def _set_cache_only(cache_only: bool = True) -> None:
     fuse.CACHE.cache_only = bool(cache_only)
+    bridge.configure_op_cache()
 
 
 def _set_dump_on_cache_miss(enable: bool = True) -> None:

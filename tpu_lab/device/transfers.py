@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import hooks
+from . import hooks, kernels
 from .driver import chip, no_such_chip
 from .kernels import _CPU, _sync_after_write, payload, sync_point, wrap
 
@@ -19,6 +19,8 @@ def _copy_from(src: _Tensor, dst: _Tensor, non_blocking: bool = False) -> _Tenso
     """Cross-device copies: ``x.to('tpu')``, ``x.cpu()``, ``dst.copy_(src)``."""
     if src.device.type == "tpu" and dst.device.type != "tpu":
         sync_point("copy to host")
+    elif src.device.type == dst.device.type == "tpu" and kernels.counter is not None:
+        kernels.counter("_copy_from", (src, dst), {})  # a copy on the device is compiled
     if hooks.observers and src.device.type != dst.device.type:
         direction = f"{src.device.type}->{dst.device.type}"
         hooks.emit("transfer", direction=direction, nbytes=src.numel() * src.element_size())
@@ -68,6 +70,8 @@ def _to_copy(x, **kwargs):
     nbytes = x.numel() * (kwargs.get("dtype") or x.dtype).itemsize
     if source == "cpu" and hooks.observers:
         hooks.emit("transfer", direction="cpu->tpu", nbytes=nbytes)
+    elif source == "tpu" and kernels.counter is not None:
+        kernels.counter("_to_copy", (x,), kwargs)  # a conversion on the device is compiled
     c = chip()
     if c.live + nbytes > c.capacity:
         c.check(nbytes)

@@ -90,6 +90,10 @@ _CACHE_HINTS = {
     "length": "the sync point moved: an .item(), print or .cpu() ends the graph early; keep "
     "them out of the hot loop",
     "dtype": "keep one dtype for the inputs",
+    "precision": "keep one torch.tpu.precision for a graph's matmuls: each precision is a graph "
+    "of its own",
+    "setting": "set torch.tpu.allow_excess_precision once, before the loop: every change "
+    "compiles every graph again",
     "first": "warm up the shapes you serve before timing",
     "other": "compare the recorded graphs with torch.tpu._set_dump_on_cache_miss(True)",
 }

@@ -3,6 +3,7 @@
 // fallback that runs the op's CPU kernel on CPU tensors sharing the "tpu" tensors' memory, so
 // the numbers are the CPU's, bit for bit, and no byte is copied.
 #include "core.h"
+#include "opcache.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
@@ -77,6 +78,7 @@ struct OpPlan {
   int generator = -1;           // index of a `Generator?` argument
   bool seeded = false;          // random, without a generator argument (CPU default generator)
   bool cpu_indices_ok = false;  // index ops accept CPU index tensors, as CUDA's do
+  bool dot = false;             // runs on the MXU: its precision is part of a compiled op's key
   std::vector<size_t> written;  // arguments the op writes to (in-place, out=)
 };
 
@@ -99,6 +101,7 @@ OpPlan make_plan(const c10::OperatorHandle& op) {
   const std::string base = plan.name.substr(0, plan.name.find('.'));
   plan.cpu_indices_ok =
       base == "index" || base == "index_put" || base == "index_put_" || base == "_index_put_impl_";
+  plan.dot = is_dot_op(plan.name);
   return plan;
 }
 
@@ -343,6 +346,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t first = stack->size() - nargs;
   if (recording.load(std::memory_order_relaxed)) {
     record_op(plan.name, std::vector<c10::IValue>(stack->begin() + first, stack->end()));
+  } else if (counting.load(std::memory_order_relaxed)) {
+    count_op(plan.name.c_str(), plan.dot, c10::ArrayRef<c10::IValue>(stack->data() + first, nargs));
   }
   c10::SmallVector<c10::IValue, 2> written;  // the "tpu" arguments the op writes to
   for (size_t index : plan.written) {
@@ -366,6 +371,16 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 void record(const char* name, std::vector<c10::IValue> args) {
   if (recording.load(std::memory_order_relaxed)) {
     record_op(name, args);
+  }
+}
+
+// An op that computes (not a view, an allocation or a transfer): recorded for DEFER_AND_FUSE,
+// else counted as a single-op graph. `dot`: it runs on the MXU.
+void compute(const char* name, bool dot, std::vector<c10::IValue> args) {
+  if (recording.load(std::memory_order_relaxed)) {
+    record_op(name, args);
+  } else if (counting.load(std::memory_order_relaxed)) {
+    count_op(name, dot, args);
   }
 }
 
@@ -448,7 +463,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
     notify("transfer", "cpu->tpu", nbytes_of(self));
     cpu_view(dst).copy_(self);
   } else {
-    record("_copy_from", {self, dst});
+    compute("_copy_from", false, {self, dst});
     cpu_view(dst).copy_(cpu_view(self));
   }
   return dst;
@@ -490,7 +505,7 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                        c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                        c10::IntArrayRef output_padding, int64_t groups) {
-  record("convolution_overrideable", {input, weight, bias, stride, padding, dilation});
+  compute("convolution_overrideable", true, {input, weight, bias, stride, padding, dilation});
   return adopt(at::convolution(cpu_view(input), cpu_view(weight), cpu_view_of(bias), stride,
                                padding, dilation, transposed, output_padding, groups));
 }
@@ -499,7 +514,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  record("convolution_backward_overrideable", {grad_output, input, weight, stride, padding});
+  compute("convolution_backward_overrideable", true,
+          {grad_output, input, weight, stride, padding});
   std::optional<std::vector<int64_t>> bias_sizes;
   if (output_mask[2]) {
     bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
@@ -523,13 +539,13 @@ at::ScalarType accumulator(const at::Tensor& self, at::ScalarType out_dtype) {
 }
 
 at::Tensor mm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarType out_dtype) {
-  record("mm.dtype", {self, mat2, out_dtype});
+  compute("mm.dtype", true, {self, mat2, out_dtype});
   const at::ScalarType acc = accumulator(self, out_dtype);
   return adopt(at::mm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
 }
 
 at::Tensor bmm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarType out_dtype) {
-  record("bmm.dtype", {self, mat2, out_dtype});
+  compute("bmm.dtype", true, {self, mat2, out_dtype});
   const at::ScalarType acc = accumulator(self, out_dtype);
   return adopt(at::bmm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
 }

@@ -1,6 +1,7 @@
 // The Python binding of the compiled core, and its calls back into Python (tpu_lab.device.core
 // registers the callbacks; they hold no state of their own).
 #include "core.h"
+#include "opcache.h"
 
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -97,6 +98,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cpu_view", &cpu_view, "A CPU tensor on the same memory as a 'tpu' tensor.");
   m.def("adopt", &adopt, "A 'tpu' tensor that takes over a CPU tensor's memory (no copy).");
   m.def("register_cpu_kernels", &register_cpu_kernels);
+  m.def("op_cache_configure", &op_cache_configure);
+  m.def("op_cache_dot_ops", &op_cache_dot_ops);
+  m.def("op_cache_clear", &op_cache_clear);
+  m.def("op_cache_stats", [](bool with_entries) {
+    OpCacheStats s = op_cache_stats(with_entries);
+    return py::make_tuple(s.requests, s.hits, s.entries);
+  });
   m.def("default_generator", [] {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(
         default_generator()));

@@ -1,0 +1,170 @@
+// DEFER_NEVER's compile-cache counts (see opcache.h). Kept cheap: a hash of the arguments' shapes,
+// dtypes and values and one map lookup per op, no allocation on a hit.
+#include "opcache.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace tpu_lab {
+
+std::atomic<bool> counting{true};
+
+namespace {
+
+struct Entry {
+  int64_t reads = 0;
+  int64_t last_read = 0;
+};
+
+std::mutex cache_mutex;
+std::unordered_map<uint64_t, Entry> entries;
+int64_t requests = 0;
+int64_t hits = 0;
+bool cache_only = false;
+std::atomic<int64_t> precision{0};
+std::atomic<bool> excess_precision{false};
+std::unordered_set<std::string> dot_ops;
+
+inline void mix(uint64_t& h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+}
+
+void hash_tensor(uint64_t& h, const at::Tensor& t) {
+  if (!t.defined()) {
+    mix(h, 1);
+    return;
+  }
+  mix(h, 2);
+  mix(h, static_cast<uint64_t>(t.scalar_type()));
+  mix(h, static_cast<uint64_t>(t.device().type()));
+  mix(h, static_cast<uint64_t>(t.dim()));
+  for (int64_t size : t.sizes()) {
+    mix(h, static_cast<uint64_t>(size));
+  }
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) {  // a Python number: baked into the graph
+    uint64_t bits = 0;
+    std::memcpy(&bits, t.const_data_ptr(), std::min<size_t>(sizeof(bits), t.element_size()));
+    mix(h, bits);
+  }
+}
+
+void hash_value(uint64_t& h, const c10::IValue& v) {
+  if (v.isTensor()) {
+    hash_tensor(h, v.toTensor());
+  } else if (v.isTensorList()) {
+    mix(h, 3);
+    for (const at::Tensor& t : v.toTensorList()) {
+      hash_tensor(h, t);
+    }
+  } else if (v.isInt()) {
+    mix(h, 4);
+    mix(h, static_cast<uint64_t>(v.toInt()));
+  } else if (v.isDouble()) {
+    double d = v.toDouble();
+    uint64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof(bits));
+    mix(h, 5);
+    mix(h, bits);
+  } else if (v.isBool()) {
+    mix(h, v.toBool() ? 7 : 6);
+  } else if (v.isNone()) {
+    mix(h, 8);
+  } else if (v.isIntList()) {
+    mix(h, 9);
+    for (int64_t x : v.toIntList()) {
+      mix(h, static_cast<uint64_t>(x));
+    }
+  } else if (v.isList()) {
+    mix(h, 10);
+    for (const c10::IValue& item : v.toListRef()) {
+      hash_value(h, item);
+    }
+  } else if (v.isString()) {
+    mix(h, 11);
+    mix(h, std::hash<std::string_view>{}(v.toStringView()));
+  } else if (v.isDevice()) {
+    mix(h, 12);
+    mix(h, static_cast<uint64_t>(v.toDevice().type()));
+    mix(h, static_cast<uint64_t>(v.toDevice().index() + 1));
+  } else {
+    mix(h, 13);  // a generator, a stream...: the same compiled op whichever
+  }
+}
+
+}  // namespace
+
+bool is_dot_op(const std::string& name) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  return dot_ops.count(name.substr(0, name.find('.'))) > 0;
+}
+
+void count_op(const char* name, bool dot, c10::ArrayRef<c10::IValue> args) {
+  uint64_t h = reinterpret_cast<uintptr_t>(name);
+  mix(h, excess_precision.load(std::memory_order_relaxed) ? 1 : 0);
+  if (dot) {
+    mix(h, static_cast<uint64_t>(precision.load(std::memory_order_relaxed)) + 1);
+  }
+  for (const c10::IValue& value : args) {
+    hash_value(h, value);
+  }
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  ++requests;
+  auto found = entries.find(h);
+  if (found != entries.end()) {
+    ++hits;
+    ++found->second.reads;
+    found->second.last_read = now;
+    return;
+  }
+  TORCH_CHECK(!cache_only, "Compilation cache miss in cache-only mode (the op aten.", name,
+              " with new arguments). Call torch.tpu._set_cache_only(False), or warm up this "
+              "shape first.");
+  entries.emplace(h, Entry{0, now});
+}
+
+OpCacheStats op_cache_stats(bool with_entries) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  OpCacheStats stats;
+  stats.requests = requests;
+  stats.hits = hits;
+  if (with_entries) {
+    stats.entries.reserve(entries.size());
+    for (const auto& [key, entry] : entries) {
+      stats.entries.emplace_back(entry.reads, entry.last_read);
+    }
+  }
+  return stats;
+}
+
+void op_cache_clear() {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  entries.clear();
+  requests = hits = 0;
+}
+
+void op_cache_configure(bool count, bool only, int64_t mxu_precision, bool excess) {
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    cache_only = only;
+  }
+  precision.store(mxu_precision);
+  excess_precision.store(excess);
+  counting.store(count);
+}
+
+void op_cache_dot_ops(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  dot_ops = std::unordered_set<std::string>(names.begin(), names.end());
+}
+
+}  // namespace tpu_lab
