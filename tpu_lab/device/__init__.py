@@ -11,11 +11,12 @@ kernels (:mod:`.kernels` and the modules :mod:`.patches` lists) stand in.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
 
-from . import bridge, core
+from . import bridge, core, modes
 from .core import CoreChoice
 from .driver import Chip, MemoryStats, chip, format_bytes, set_topology
 from .topology import DEFAULT_TOPOLOGY, GENERATIONS, TOPOLOGY_ENV, Topology, parse_topology
@@ -64,8 +65,13 @@ def install() -> None:
         autocast.register(lib, fallback)
         torch.set_autocast_dtype("tpu", torch.bfloat16)  # TorchTPU's default
         compile_backend.register()
+        modes.install()  # torch.set_float32_matmul_precision sets the TPU's, as in TorchTPU
         _libraries.extend([fallback, lib])
         CORE = choice
+    if os.environ.get(modes.NUMERICS_ENV, "").strip():  # else numerics needs no import
+        from ..numerics import mxu
+
+        mxu.emulate(mxu.ACTIVE)
 
 
 def _install_compiled() -> None:

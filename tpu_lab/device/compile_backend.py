@@ -6,7 +6,9 @@ the payloads of the "tpu" inputs (no copies), and the graph is compiled by Induc
 code generator (``TPU_LAB_COMPILE_LOWERING=aten``, read once at the first compilation, or a
 :func:`lowering` block runs the ATen graph as is instead, which compiles instantly). Outputs
 are wrapped back as "tpu" tensors. As with TorchTPU, backend
-"tpu" means ``dynamic=False`` unless the caller says otherwise.
+"tpu" means ``dynamic=False`` unless the caller says otherwise. A graph traced while the TPU
+numerics emulation is on has its float32 matmuls and convolutions decomposed into the MXU's
+bfloat16 passes at the precision current then (``tpu_lab.numerics.emulation``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -117,7 +120,9 @@ def _wrap(out, pairs):
     return bridge.wrap(out)
 
 
-def _lower(gm: torch.fx.GraphModule, example_inputs):
+def _lower(gm: torch.fx.GraphModule, example_inputs, emulated: bool = False):
+    """``emulated``: the graph holds the TPU numerics emulation's bfloat16 roundings, which
+    Inductor must keep (by default it drops a float32 -> bfloat16 -> float32 round trip)."""
     global _compiled
     _compiled += 1
     _retarget(gm)
@@ -129,7 +134,8 @@ def _lower(gm: torch.fx.GraphModule, example_inputs):
         with fake_mode:
             cpu_inputs = [_cpu_fake(t) for t in example_inputs]
         FakeTensorProp(gm, fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
-        compiled = compile_fx_inner(gm, cpu_inputs)
+        with torch._inductor.config.patch(emulate_precision_casts=emulated):
+            compiled = compile_fx_inner(gm, cpu_inputs)
 
         def call(args):
             return compiled(args)
@@ -203,7 +209,12 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
         from torch._inductor.decomposition import select_decomp_table
 
         decompositions = select_decomp_table()
-    backend = aot_autograd(fw_compiler=_lower, bw_compiler=_lower, decompositions=decompositions)
+    emulation = sys.modules.get("tpu_lab.numerics.emulation")  # imported once it was turned on
+    emulated = emulation is not None and emulation.is_enabled()
+    if emulated:
+        decompositions = {**(decompositions or {}), **emulation.decompositions()}
+    lower = functools.partial(_lower, emulated=emulated)
+    backend = aot_autograd(fw_compiler=lower, bw_compiler=lower, decompositions=decompositions)
     return backend(gm, example_inputs)
 
 

@@ -14,8 +14,8 @@ bfloat16 products:
 A product of two bfloat16 numbers is exact in float32, so each pass run as a CPU float32
 matmul of bfloat16-valued tensors is what the MXU computes up to the order of the float32
 additions. :func:`bilinear` applies the model to any op linear in each operand (``mm``,
-``bmm``, ``matmul``, ``linear``'s product, ``conv``): what the device's matmul and convolution
-kernels call when the TPU numerics emulation is on.
+``bmm``, ``matmul``, ``linear``'s product, ``conv``); :func:`emulate` makes the device's own
+matmuls and convolutions compute this way (:mod:`.emulation`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..device.modes import Precision
-
-#: Environment variable: ``tpu`` turns the emulation on (read once, at import); default ``cpu``.
-NUMERICS_ENV = "TPU_LAB_NUMERICS"
+from ..device.modes import NUMERICS_ENV, Precision, current_precision
 
 #: The (i, j) pairs of bfloat16 parts multiplied at each precision (0 = hi, 1 = mid, 2 = lo).
 PASSES: dict[Precision, tuple[tuple[int, int], ...]] = {
@@ -45,7 +42,7 @@ def _read_env() -> bool:
     return value == "tpu"
 
 
-#: Whether float32 matmuls and convolutions on "tpu" follow the MXU model (``emulate()``).
+#: Whether float32 matmuls and convolutions on "tpu" follow the MXU model (:func:`emulate`).
 ACTIVE = _read_env()
 
 
@@ -90,17 +87,18 @@ def mxu_matmul(a: torch.Tensor, b: torch.Tensor, precision=Precision.DEFAULT) ->
     return bilinear(torch.matmul, a, b, precision)
 
 
-def current_precision() -> Precision:
-    """The innermost ``torch.tpu.precision(...)`` block's precision (``DEFAULT`` outside)."""
-    from ..device.modes import SETTINGS
-
-    return SETTINGS.precision[-1]
-
-
 def emulate(active: bool = True) -> bool:
     """Turn the TPU numerics emulation on or off for the process; returns the previous state.
-    (``TPU_LAB_NUMERICS=tpu`` turns it on at start.)"""
+    On, float32 matmuls and convolutions of "tpu" tensors compute as the MXU does at the current
+    ``torch.tpu.precision`` (:mod:`.emulation`); off (the default), bitwise as on the CPU.
+    ``TPU_LAB_NUMERICS=tpu`` turns it on at start."""
     global ACTIVE
+    from . import emulation
+
+    if active:
+        emulation.enable()
+    else:
+        emulation.disable()
     previous, ACTIVE = ACTIVE, bool(active)
     return previous
 

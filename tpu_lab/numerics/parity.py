@@ -4,7 +4,8 @@
 a forward hook on every module, then (``backward=True``) the backward pass of the sum of the
 output, and compares per module: its output (max |difference|, and relative to max |CPU value|)
 and the gradients of its own parameters. On the bundled device the numbers are the CPU's, so
-every row reads ``0`` (bitwise) unless the TPU numerics emulation (:mod:`.mxu`) is on; on a real
+every row reads ``0`` (bitwise) unless the TPU numerics emulation (:mod:`.emulation`) is on
+(the title then says so); on a real
 TPU the rows show where the TPU's numerics part from the CPU's, layer by layer.
 """
 
@@ -116,8 +117,10 @@ def parity(model: torch.nn.Module, inputs, *, backward: bool = True) -> ParityRe
             )
         )
     from .. import backend
+    from . import mxu
 
-    return ParityReport(tuple(rows), backward, backend().simulated)
+    simulated = backend().simulated
+    return ParityReport(tuple(rows), backward, simulated, simulated and mxu.ACTIVE)
 
 
 def _num(x: float | None) -> str:
@@ -133,6 +136,7 @@ class ParityReport(View):
     rows: tuple[LayerDiff, ...]
     backward: bool
     simulated: bool
+    emulated: bool = False  # the TPU numerics emulation was on for the "tpu" run
 
     @property
     def worst_forward(self) -> float:
@@ -148,6 +152,8 @@ class ParityReport(View):
 
     def _title(self) -> str:
         where = "the bundled (simulated) device" if self.simulated else "the TPU"
+        if self.emulated:
+            where += " with TPU numerics emulated"
         verdict = "bitwise equal" if self.bitwise else (
             f"worst forward {_num(self.worst_forward)}, worst gradient {_num(self.worst_grad)}"
         )
