@@ -364,8 +364,8 @@ def test_reset_says_what_it_resets(shell):
     out, _, _, _ = run(shell, "%tpu reset")
     assert out == (
         "Reset:\n"
-        "  eager compile cache (DEFER_AND_FUSE): 1 compiled graph(s) dropped, statistics "
-        "(3 requests, 2 hits) set to 0\n"
+        "  eager compile cache (DEFER_AND_FUSE's graphs, DEFER_NEVER's ops): 1 compilation(s) "
+        "dropped, statistics (3 requests, 2 hits) set to 0\n"
         "  torch.compile: compiled graphs dropped (torch._dynamo.reset()): every compiled "
         "function compiles again on its next call; recompile counts per call site set to 0\n"
         f"  event log: {kept} event(s) cleared\n"

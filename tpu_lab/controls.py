@@ -165,8 +165,9 @@ def reset() -> list[str]:
     torch._dynamo.reset()
     kept, dropped = events.reset()
     return [
-        f"eager compile cache (DEFER_AND_FUSE): {stats['misses']} compiled graph(s) dropped, "
-        f"statistics ({stats['requests']} requests, {stats['hits']} hits) set to 0",
+        f"eager compile cache (DEFER_AND_FUSE's graphs, DEFER_NEVER's ops): {stats['misses']} "
+        f"compilation(s) dropped, statistics ({stats['requests']} requests, {stats['hits']} "
+        "hits) set to 0",
         "torch.compile: compiled graphs dropped (torch._dynamo.reset()): every compiled "
         "function compiles again on its next call; recompile counts per call site set to 0",
         f"event log: {kept} event(s) cleared"

@@ -44,7 +44,8 @@ class Backend(abc.ABC):
         """Choose the topology (bundled device only); returns its description."""
 
     def cache_stats(self) -> dict[str, int]:
-        """The eager compile cache (DEFER_AND_FUSE): TorchTPU's counters on both backends."""
+        """The eager compile cache (DEFER_AND_FUSE's graphs, DEFER_NEVER's single ops):
+        TorchTPU's counters on both backends."""
         import torch
 
         tpu = torch.tpu

@@ -43,7 +43,7 @@ class ChipState(TypedDict):
 
 
 class CacheState(TypedDict):
-    """``cache`` trait: the eager compile cache (DEFER_AND_FUSE) and torch.compile counts."""
+    """``cache`` trait: the eager compile cache (graphs and single ops) and torch.compile counts."""
 
     requests: int
     hits: int
