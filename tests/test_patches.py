@@ -28,6 +28,22 @@ def test_convolution_backend_is_asked_about_cpu_tensors_while_tracing(fresh_dyna
     assert compiled(x).stride() == conv(x).stride()
 
 
+def test_float32_matmul_precision_is_the_tpus_as_torchtpu_makes_it():
+    assert any("set_float32_matmul_precision" in p.target for p in patches.ALWAYS)
+    assert getattr(torch.set_float32_matmul_precision, "_tpu_lab", False)
+    cpu_setting = torch._C._get_float32_matmul_precision()
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert torch.get_float32_matmul_precision() == "high"
+        assert device.modes.current_precision() == torch.tpu.Precision.HIGH
+        assert torch._C._get_float32_matmul_precision() == cpu_setting  # the CPU's: untouched
+        with pytest.raises(ValueError, match="one of 'highest', 'high', or 'medium'"):
+            torch.set_float32_matmul_precision("fast")
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def test_the_compiled_core_patches_no_torch_class():
     if device.CORE.name != "compiled":
         pytest.skip("the Python core's patches are tested below")

@@ -29,6 +29,12 @@ ALWAYS = (
         "while tracing, ask which convolution backend the CPU would use, so traced strides "
         "match eager execution (compile_backend.py)",
     ),
+    Patch(
+        "torch.set_float32_matmul_precision, torch.get_float32_matmul_precision",
+        "as TorchTPU's loader does: they set and read the TPU's global float32 matmul "
+        "precision ('medium' = DEFAULT, 'high' = HIGH, 'highest' = HIGHEST), no longer "
+        "PyTorch's CPU/CUDA setting (modes.install)",
+    ),
 )
 
 PYTHON_CORE = (
