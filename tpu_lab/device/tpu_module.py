@@ -108,6 +108,12 @@ class _TpuModule(types.ModuleType):
     def eager_mode(self) -> modes.EagerMode:
         return modes.get_eager_mode()
 
+    @property
+    def _initialized(self) -> bool:
+        # As torch.cuda's module flag: torch.utils.checkpoint stashes and restores the device's
+        # RNG state (dropout in a recomputed segment draws the same mask) only when it is true.
+        return is_initialized()
+
     @eager_mode.setter
     def eager_mode(self, mode) -> None:
         modes.put_eager_mode(mode)
