@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 PYTHON_CORE_TESTS ?= tests/test_device.py tests/test_device_ops.py tests/test_memory.py \
 	tests/test_serialization.py tests/test_fuse.py tests/test_compile.py \
 	tests/test_transformers.py tests/test_diffusers.py tests/test_tpu_module.py \
-	tests/test_numerics.py
+	tests/test_numerics.py tests/test_rnn.py
 
 .PHONY: run test lab notebooks bench
 

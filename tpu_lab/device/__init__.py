@@ -52,7 +52,7 @@ def install() -> None:
     with _lock:
         if _libraries:
             return
-        from . import autocast, compile_backend, dropout
+        from . import autocast, compile_backend, dropout, rnn
 
         choice = core.choose()
         fallback = torch.library.Library("_", "IMPL")
@@ -62,6 +62,7 @@ def install() -> None:
         else:
             _install_python(lib)
         lib.m.impl("dropout", "AutogradPrivateUse1", dropout.dropout, False)
+        rnn.register(lib)
         autocast.register(lib, fallback)
         torch.set_autocast_dtype("tpu", torch.bfloat16)  # TorchTPU's default
         compile_backend.register()
