@@ -13,7 +13,9 @@ together with both text encoders (CLIP pooled, T5 tokens), from scratch, by rect
 ``FlowMatchEulerDiscreteScheduler`` integrates), ``t`` drawn logit-normal; 10% of captions are
 empty, which is what ``true_cfg_scale`` guidance needs. AdamW with warm-up and cosine decay over
 a wall-clock budget (``--minutes``: the machine is shared, so time, not steps, is what is
-fixed); an exponential moving average of the weights is saved.
+fixed); an exponential moving average of the weights is saved. ``--resume FOLDER`` continues
+from a saved pipeline (its weights, a new warm-up and decay); ``training.json`` then lists every
+run, so the total training time stays on record.
 
 At the end the saved pipeline is loaded back with ``FluxPipeline.from_pretrained`` and judged on
 100 random prompts (``shapes_world.judge``); ``training.json`` beside the weights records the run.
@@ -112,9 +114,10 @@ def train_flux(parts, latents, captions, seconds, batch, lr, device, log, drop=0
 
 
 def untie(t5) -> None:
-    """T5 ties ``shared`` to ``encoder.embed_tokens``; ``model.to("tpu")`` makes them two copies
-    (PyTorch gives an out-of-tree device new parameters), of which the encoder trained the
-    second. Tie them again, to the trained one, so that ``from_pretrained`` finds them equal."""
+    """T5 ties ``shared`` to ``encoder.embed_tokens``. On the device's compiled core (as on
+    CUDA) ``model.to("tpu")`` keeps them one parameter; on the pure-Python core it makes two
+    copies, of which the encoder trained the second. Tie them to the trained one, so that
+    ``from_pretrained`` finds them equal whichever core trained."""
     t5.shared = t5.encoder.embed_tokens
 
 
@@ -143,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
     p.add_argument("--out", type=Path, default=shapes.FOLDER,
                    help=f"pipeline folder (default {shapes.FOLDER})")  # fmt: skip
+    p.add_argument("--resume", type=Path, default=None,
+                   help="continue training the pipeline saved in this folder")  # fmt: skip
     args = p.parse_args(argv)
+    if args.resume is not None and not (args.resume / "model_index.json").is_file():
+        p.error(f"--resume {args.resume}: no model_index.json there (a folder this script wrote)")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
@@ -151,11 +158,21 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
 
     images, captions = scenes(args.scenes, args.seed)
-    parts = shapes.build_components(args.seed)
-    # The VAE passes pixels through (shapes.pixel_vae); like Flux's own VAE its config carries
-    # the latents' shift and scale, here the pixels' mean and 1 / spread.
-    shift, scale = images.mean().item(), 1 / images.std().item()
-    parts["vae"] = shapes.pixel_vae(scale=scale, shift=shift)
+    earlier = []
+    if args.resume is not None:
+        parts = dict(FluxPipeline.from_pretrained(args.resume).components)
+        shift, scale = parts["vae"].config.shift_factor, parts["vae"].config.scaling_factor
+        record = args.resume / "training.json"
+        if record.is_file():
+            previous = json.loads(record.read_text())
+            earlier = previous.pop("runs", []) + [previous]
+        log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
+    else:
+        parts = shapes.build_components(args.seed)
+        # The VAE passes pixels through (shapes.pixel_vae); like Flux's own VAE its config
+        # carries the latents' shift and scale, here the pixels' mean and 1 / spread.
+        shift, scale = images.mean().item(), 1 / images.std().item()
+        parts["vae"] = shapes.pixel_vae(scale=scale, shift=shift)
     latents = (images - shift) * scale
     log(f"pixels as latents {tuple(latents.shape)}: shift {shift:.4f}, scale {scale:.4f}")
     emas, history, flux_seconds, steps = train_flux(
@@ -184,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         "judge_100_prompts_by_guidance": scores,
         "loss": history,
         "torch": torch.__version__,
+        "resumed_from": str(args.resume) if args.resume is not None else None,
+        "runs": earlier,
+        "total_seconds": round(flux_seconds + sum(r["seconds"] for r in earlier), 1),
     }
     (args.out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     log(f"saved {args.out} (training {flux_seconds:.0f} s)")
