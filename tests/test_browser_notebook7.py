@@ -2,7 +2,7 @@
 
 The same notebook as tests/test_browser_lab.py, opened in Notebook 7's single-document page
 (``/notebooks/...``) and run through its menu bar (Run > Run All Cells). The chip tiles and the
-event feed's recompile with its reason must show, and clicking "Compiled" must switch
+event feed's recompile with its reason must show, and clicking DEFER_AND_FUSE must switch
 ``torch.tpu.eager_mode`` in the kernel (asked through a second client of the same kernel). The
 screenshot is kept as tests/artifacts/dashboard-notebook7.png.
 """
