@@ -120,13 +120,19 @@ def _wrap(out, pairs):
     return bridge.wrap(out)
 
 
+#: Whether Inductor keeps a float32 -> bfloat16 -> float32 round trip when asked
+#: (``emulate_precision_casts``): measured on torch 2.13 and 2.14; torch 2.11's drops it.
+_INDUCTOR_KEEPS_CASTS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
+
+
 def _lower(gm: torch.fx.GraphModule, example_inputs, emulated: bool = False):
     """``emulated``: the graph holds the TPU numerics emulation's bfloat16 roundings, which
-    Inductor must keep (by default it drops a float32 -> bfloat16 -> float32 round trip)."""
+    Inductor must keep (by default it drops a float32 -> bfloat16 -> float32 round trip; where
+    it cannot keep them, the graph runs as traced, on ATen ops)."""
     global _compiled
     _compiled += 1
     _retarget(gm)
-    if _lowering() == "inductor":
+    if _lowering() == "inductor" and (_INDUCTOR_KEEPS_CASTS or not emulated):
         from torch._inductor.compile_fx import compile_fx_inner
         from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
