@@ -10,11 +10,15 @@ import os
 import sys
 import warnings
 
+from ._version import __version__
 from .errors import (
     BackendConflictError,
+    CharsInputError,
     DemoInputError,
+    DigitsInputError,
     MediaError,
     NotSimulatedError,
+    ShapesModelError,
     ShardingError,
     SpmdError,
     TopologyError,
@@ -23,12 +27,14 @@ from .errors import (
 from .runtime import activate as _activate
 from .runtime import backend
 
-__version__ = "0.1.0"
 __all__ = [
     "BackendConflictError",
+    "CharsInputError",
     "DemoInputError",
+    "DigitsInputError",
     "MediaError",
     "NotSimulatedError",
+    "ShapesModelError",
     "ShardingError",
     "SpmdError",
     "TopologyError",

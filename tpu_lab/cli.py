@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.version:
-        from . import __version__
+        from ._version import __version__
 
         print(__version__)
         return 0

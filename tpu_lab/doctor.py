@@ -82,7 +82,7 @@ def diagnose() -> Report:
     """Inspect this process and machine; never raises for a misconfiguration."""
     import torch
 
-    from . import __version__
+    from ._version import __version__
 
     r = Report()
     r.rows.append(("tpu_lab", __version__))

@@ -36,3 +36,15 @@ class MediaError(TpuLabError, ValueError):
 
 class DemoInputError(TpuLabError, ValueError):
     """An input of a demo app outside what it accepts."""
+
+
+class DigitsInputError(TpuLabError, ValueError):
+    """A class label, step count or guidance scale the digits model cannot use."""
+
+
+class CharsInputError(TpuLabError, ValueError):
+    """Text the tokenizer cannot encode, or a generation setting the model cannot use."""
+
+
+class ShapesModelError(TpuLabError):
+    """The shapes model folder is missing or not a FluxPipeline folder."""

@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import TpuLabError
+from ..errors import CharsInputError, TpuLabError
 
 try:
     import torch
@@ -56,10 +56,6 @@ LLAMA_CONFIG = {
     "max_position_embeddings": CONTEXT,
     "tie_word_embeddings": True,
 }
-
-
-class CharsInputError(TpuLabError, ValueError):
-    """Text the tokenizer cannot encode, or a generation setting the model cannot use."""
 
 
 def zen() -> str:

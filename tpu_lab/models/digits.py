@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import TpuLabError
+from ..errors import DigitsInputError, TpuLabError
 
 try:
     import torch
@@ -63,10 +63,6 @@ UNET_CONFIG: dict[str, Any] = {
 }
 #: The noise schedule of training (DDPM, 1000 steps, cosine); sampling uses DDIM on it.
 SCHEDULE: dict[str, Any] = {"num_train_timesteps": 1000, "beta_schedule": "squaredcos_cap_v2"}
-
-
-class DigitsInputError(TpuLabError, ValueError):
-    """A class label, step count or guidance scale the digits model cannot use."""
 
 
 class DigitsPipeline(DiffusionPipeline):

@@ -31,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import TpuLabError
+from ..errors import ShapesModelError
 from . import shapes_world as world
 
 #: The pipeline folder shipped inside the package.
@@ -73,7 +73,10 @@ TRANSFORMER_CONFIG: dict[str, Any] = {
     "joint_attention_dim": 64,  # the T5 width
     "pooled_projection_dim": 64,  # the CLIP width
     "guidance_embeds": False,
-    "axes_dims_rope": (4, 6, 6),
+    # RoPE dimensions per position axis (image index, row, column): the first is always 0 in
+    # text-to-image, so all 16 go to the rows and columns: 4 frequencies each (1, 0.1, 0.01 and
+    # 0.001 rad per token) instead of 3 (1, 0.046, 0.002), so that places are told apart
+    "axes_dims_rope": (0, 8, 8),
 }
 CLIP_CONFIG: dict[str, Any] = {
     "hidden_size": 64,
@@ -101,10 +104,6 @@ T5_CONFIG: dict[str, Any] = {
 }
 SCHEDULER_CONFIG: dict[str, Any] = {"num_train_timesteps": 1000, "shift": 1.0,
                                     "use_dynamic_shifting": False}  # fmt: skip
-
-
-class ShapesModelError(TpuLabError):
-    """The shapes model folder is missing or not a FluxPipeline folder."""
 
 
 def build_tokenizer(max_length: int = TOKENS):
