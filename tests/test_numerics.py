@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.nn import functional
 
-import tpu_lab  # noqa: F401  (the "tpu" device)
+import tpu_lab
 from tpu_lab.device.modes import Precision
 from tpu_lab.numerics import (
     ActivationTracer,
@@ -378,12 +378,12 @@ def test_parity_is_bitwise_on_the_bundled_device_forward_and_backward():
     report = parity(model, torch.randn(3, 8))
     assert report.bitwise and report.simulated
     assert [r.name for r in report.rows] == ["(model)", "0", "1", "2", "2.0"]
-    text = report.to_text(width=120)
+    text = tpu_lab.view(report).to_text(width=120)
     assert text.splitlines()[0] == (
         "parity: the bundled (simulated) device vs CPU, 5 modules: bitwise equal"
     )
     assert "    2.0  Linear      3x4     0           0        0            0" in text
-    assert "<table>" in report.to_html()
+    assert "<table>" in tpu_lab.view(report).to_html()
 
 
 def test_parity_shows_where_emulated_tpu_numerics_part_from_the_cpu(emulated):
@@ -396,7 +396,7 @@ def test_parity_shows_where_emulated_tpu_numerics_part_from_the_cpu(emulated):
     assert not report.bitwise
     assert 1e-5 < linear_row.forward_rel < 1e-1
     assert report.emulated and report.worst_grad > 0
-    title = report.to_text().splitlines()[0]
+    title = tpu_lab.view(report).to_text().splitlines()[0]
     assert title.startswith(
         "parity: the bundled (simulated) device with TPU numerics emulated vs CPU, 3 modules: "
         "worst forward "

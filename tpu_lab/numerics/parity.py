@@ -17,8 +17,6 @@ from dataclasses import dataclass
 import torch
 from torch.utils import _pytree
 
-from ..views.base import View, clip, esc, terminal_width
-
 
 @dataclass(frozen=True)
 class LayerDiff:
@@ -47,9 +45,7 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
 
 
 def _outputs(model, inputs, device: str, backward: bool):
-    moved = _pytree.tree_map(
-        lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs
-    )
+    moved = _pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs)
     outs: dict[str, torch.Tensor] = {}
     handles = []
     for name, module in model.named_modules():
@@ -74,9 +70,7 @@ def _outputs(model, inputs, device: str, backward: bool):
         for h in handles:
             h.remove()
     grads = {
-        name: p.grad.detach().cpu()
-        for name, p in model.named_parameters()
-        if p.grad is not None
+        name: p.grad.detach().cpu() for name, p in model.named_parameters() if p.grad is not None
     }
     return outs, grads
 
@@ -95,12 +89,10 @@ def parity(model: torch.nn.Module, inputs, *, backward: bool = True) -> ParityRe
     for name, module in reference.named_modules():
         depth = name.count(".") + 1 if name else 0
         fwd = _diff(tpu_out[name], cpu_out[name]) if name in cpu_out and name in tpu_out else None
-        own = [
-            f"{name}.{p}" if name else p
-            for p, _ in module.named_parameters(recurse=False)
+        own = [f"{name}.{p}" if name else p for p, _ in module.named_parameters(recurse=False)]
+        grads = [
+            _diff(tpu_grads[k], cpu_grads[k]) for k in own if k in cpu_grads and k in tpu_grads
         ]
-        grads = [_diff(tpu_grads[k], cpu_grads[k]) for k in own
-                 if k in cpu_grads and k in tpu_grads]
         grad_max = max((g[0] for g in grads), default=None)
         grad_rel = max((g[1] for g in grads), default=None)
         shape = tuple(cpu_out[name].shape) if name in cpu_out else None
@@ -116,22 +108,17 @@ def parity(model: torch.nn.Module, inputs, *, backward: bool = True) -> ParityRe
                 grad_rel,
             )
         )
-    from .. import backend
+    from ..runtime import backend
     from . import mxu
 
     simulated = backend().simulated
     return ParityReport(tuple(rows), backward, simulated, simulated and mxu.ACTIVE)
 
 
-def _num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return "0" if x == 0 else f"{x:.2e}"
-
-
 @dataclass(frozen=True)
-class ParityReport(View):
-    """Per-layer differences "tpu" vs CPU (frozen data; text and HTML from the same rows)."""
+class ParityReport:
+    """Per-layer differences "tpu" vs CPU (frozen data; ``tpu_lab.view(report)`` draws it as
+    text or HTML: :class:`tpu_lab.views.parity.ParityView`)."""
 
     rows: tuple[LayerDiff, ...]
     backward: bool
@@ -149,54 +136,3 @@ class ParityReport(View):
     @property
     def bitwise(self) -> bool:
         return self.worst_forward == 0 and self.worst_grad == 0
-
-    def _title(self) -> str:
-        where = "the bundled (simulated) device" if self.simulated else "the TPU"
-        if self.emulated:
-            where += " with TPU numerics emulated"
-        verdict = "bitwise equal" if self.bitwise else (
-            f"worst forward {_num(self.worst_forward)}, worst gradient {_num(self.worst_grad)}"
-        )
-        return f"parity: {where} vs CPU, {len(self.rows)} modules: {verdict}"
-
-    def _cells(self, r: LayerDiff) -> list[str]:
-        shape = "x".join(map(str, r.shape)) if r.shape is not None else "-"
-        cells = [r.kind, shape, _num(r.forward_max), _num(r.forward_rel)]
-        if self.backward:
-            cells += [_num(r.grad_max), _num(r.grad_rel)]
-        return cells
-
-    def _header(self) -> list[str]:
-        head = ["module", "type", "output", "fwd max|d|", "fwd rel"]
-        return head + (["grad max|d|", "grad rel"] if self.backward else [])
-
-    def to_text(self, width: int | None = None) -> str:
-        width = terminal_width(width)
-        table = [self._header()] + [
-            ["  " * r.depth + r.name, *self._cells(r)] for r in self.rows
-        ]
-        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-        lines = [self._title()]
-        for row in table:
-            cells = (c.ljust(w) for c, w in zip(row, widths, strict=True))
-            lines.append(clip("  ".join(cells).rstrip(), width))
-        lines.append(
-            "differences are max |tpu - cpu| over each module's output and its own parameters' "
-            "gradients; rel = relative to the largest CPU value"
-        )
-        return "\n".join(lines)
-
-    def to_html(self) -> str:
-        head = "".join(f"<th>{esc(h)}</th>" for h in self._header())
-        body = "".join(
-            "<tr>"
-            + f"<td style='padding-left:{r.depth}em'>{esc(r.name)}</td>"
-            + "".join(f"<td>{esc(c)}</td>" for c in self._cells(r))
-            + "</tr>"
-            for r in self.rows
-        )
-        return (
-            f"<div><b>{esc(self._title())}</b><table><tr>{head}</tr>{body}</table>"
-            "<small>max |tpu - cpu| over each module's output and its own parameters' "
-            "gradients; rel = relative to the largest CPU value</small></div>"
-        )

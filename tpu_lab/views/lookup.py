@@ -29,6 +29,7 @@ VIEWS: dict[tuple[str, str], tuple[str, str]] = {
     ("tpu_lab.sharding.spmd_result", "SpmdResult"): ("tpu_lab.views.spmd", "SpmdResultView"),
     ("tpu_lab.media.previews", "Preview"): ("tpu_lab.views.preview", "PreviewView"),
     ("tpu_lab.profiler.report", "Profile"): ("tpu_lab.views.profile", "ProfileView"),
+    ("tpu_lab.numerics.parity", "ParityReport"): ("tpu_lab.views.parity", "ParityView"),
 }
 
 
