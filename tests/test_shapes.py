@@ -4,7 +4,7 @@
   captions, so that its score of the model means something;
 - the shipped folder is an ordinary FluxPipeline folder loaded offline by ``from_pretrained``;
 - the model should honour at least 80% of 100 random prompts (grid kept as
-  tests/artifacts/shapes_grid.png: look at it); the shipped weights do NOT yet (an expected
+  tests/artifacts/shapes_grid.png: look at it); the shipped weights do NOT yet (13%: an expected
   failure, see the test), they have learned the background and the colours only;
 - the "tpu" device gives the CPU's images (float32 and bfloat16); the transformer compiled the
   announcement's way gives the eager images, compiles once per size, and recompiles, explained,
@@ -150,8 +150,8 @@ def hundred(pipe):
 
 
 def test_it_has_learned_the_backgrounds_and_the_colours(hundred):
-    """What the shipped weights (40 minutes of training) do know, measured: the background of
-    all 100 prompts, and 49 of 100 with every requested colour on 12+ pixels."""
+    """What the shipped weights (125 minutes of training) do know, measured: the background of
+    all 100 prompts, and 76 of 100 with every requested colour on 12+ pixels."""
     prompts, images = hundred
     background = colours = 0
     for prompt, image in zip(prompts, images, strict=True):
@@ -161,13 +161,13 @@ def test_it_has_learned_the_backgrounds_and_the_colours(hundred):
         colours += all((index == list(world.COLOURS).index(c)).sum() >= 12
                        for c, _ in request.objects)  # fmt: skip
     print(f"background right {background}/100, requested colours present {colours}/100")
-    assert background >= 90 and colours >= 40
+    assert background >= 90 and colours >= 65
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped weights (1,682 steps, 40 minutes on 2 shared "
-                   "cores) draw the right colours on the right background but scattered, not yet "
-                   "as shapes in places: the judge passes 0 of 100; a longer run of "
-                   "scripts/train_shapes.py is needed")  # fmt: skip
+@pytest.mark.xfail(strict=True, reason="the shipped weights (13,112 steps, 125 minutes on 2 "
+                   "shared cores) draw the right colours on the right background as blobs, "
+                   "roughly in place, not yet clean shapes: the judge passes 13 of 100; more "
+                   "training (scripts/train_shapes.py --resume) is needed")  # fmt: skip
 def test_honours_80_percent_of_100_random_prompts(hundred):
     prompts, images = hundred
     verdicts = [world.judge(im, p) for im, p in zip(images, prompts, strict=True)]

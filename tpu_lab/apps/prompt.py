@@ -40,8 +40,8 @@ from .shared import (
 #: VAE with a factor of 2). The model was trained at 32.
 SIZES = (32, 48, 64)
 MAX_STEPS = 100
-#: The guidance slider's range (true_cfg_scale); no value helps the shipped weights yet (the
-#: judge passes 0 of 100 prompts at 1, 2 and 3).
+#: The guidance slider's range (true_cfg_scale); guidance barely helps the shipped weights (the
+#: judge passes 13 of 100 prompts at 1, 15 at 2 and 3).
 MAX_GUIDANCE = 4.0
 MAX_SCALE = 16
 EXAMPLE = "a large red circle in the top left on a black background"
