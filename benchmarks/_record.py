@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
@@ -71,3 +72,16 @@ def record(benchmark: str, name: str, value: float, unit: str, **kwargs) -> Figu
 def quick() -> bool:
     """``--quick`` on the command line: fewer repeats (used by ``run_all.py --quick``)."""
     return "--quick" in sys.argv[1:]
+
+
+def run_each_core(core: str, script: str) -> bool:
+    """``--core both``: run ``script`` again once per device core, each in its own process
+    (the core is chosen when the device is installed), compiled first; returns True when it
+    did (the caller stops). Any other ``core``: sets ``TPU_LAB_CORE`` for this process."""
+    if core != "both":
+        os.environ["TPU_LAB_CORE"] = core  # read once, when the device is installed
+        return False
+    rest = [a for a in sys.argv[1:] if a not in ("--core", "both")]
+    for one in ("compiled", "python"):
+        subprocess.run([sys.executable, script, "--core", one, *rest], check=True)
+    return True

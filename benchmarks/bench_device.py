@@ -23,7 +23,7 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 import torch  # noqa: E402
 
-from _record import record  # noqa: E402
+from _record import record, run_each_core  # noqa: E402
 
 #: Which core the rows were measured on ("compiled" or "python"), set by main().
 CORE = "compiled"
@@ -250,14 +250,10 @@ def main() -> None:
         help="the device core to measure (both: one process each, compiled first)",
     )  # fmt: skip
     args = parser.parse_args()
-    if args.core == "both":
-        rest = [a for a in sys.argv[1:] if a not in ("--core", "both")]
-        for core in ("compiled", "python"):
-            subprocess.run([sys.executable, __file__, "--core", core, *rest], check=True)
+    if run_each_core(args.core, __file__):
         return
     global CORE
     CORE = args.core
-    os.environ["TPU_LAB_CORE"] = args.core  # read once, when the device is installed
     import tpu_lab  # noqa: F401  (installs the "tpu" device)
     from tpu_lab import device
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 # tpu_lab is imported by main(), after it chose the core: not at import torch (autoload)
@@ -24,7 +22,7 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 import torch  # noqa: E402
 
-from _record import record  # noqa: E402
+from _record import record, run_each_core  # noqa: E402
 
 CORE = "compiled"
 
@@ -143,14 +141,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--core", choices=["compiled", "python", "both"], default="both")
     args = parser.parse_args()
-    if args.core == "both":
-        rest = [a for a in sys.argv[1:] if a not in ("--core", "both")]
-        for core in ("compiled", "python"):
-            subprocess.run([sys.executable, __file__, "--core", core, *rest], check=True)
+    if run_each_core(args.core, __file__):
         return
     global CORE
     CORE = args.core
-    os.environ["TPU_LAB_CORE"] = args.core
     import tpu_lab  # noqa: F401  (installs the "tpu" device)
     from tpu_lab import device
 
