@@ -254,11 +254,6 @@ def main() -> None:
         return
     global CORE
     CORE = args.core
-    import tpu_lab  # noqa: F401  (installs the "tpu" device)
-    from tpu_lab import device
-
-    if device.CORE.name != args.core:
-        raise SystemExit(f"asked for the {args.core} core, but {device.CORE}")
     repeats = 3 if args.quick else 7
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     benches = {

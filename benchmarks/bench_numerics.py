@@ -145,11 +145,6 @@ def main() -> None:
         return
     global CORE
     CORE = args.core
-    import tpu_lab  # noqa: F401  (installs the "tpu" device)
-    from tpu_lab import device
-
-    if device.CORE.name != args.core:
-        raise SystemExit(f"asked for the {args.core} core, but {device.CORE}")
     # one thread: on a machine shared with other work, a thread pool waiting for a busy core
     # makes a matmul's time jump by 10x between calls
     torch.set_num_threads(1)
