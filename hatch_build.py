@@ -45,10 +45,9 @@ class CoreBuildHook(BuildHookInterface):
             return
         self.app.display_info(f"tpu_lab: built the compiled device core in {seconds:.0f} s")
         if version != "editable":  # a wheel carries the library; an editable install reads it
-            for name in ("tpu_lab_core.so", "sources.sha256", "build.json"):
-                built = core.build_dir() / name
+            for built in core.artifacts():
                 build_data["force_include"][str(built)] = (
-                    f"tpu_lab/device/_build/{built.parent.name}/{name}"
+                    f"tpu_lab/device/_build/{built.parent.name}/{built.name}"
                 )
             build_data["pure_python"] = False
             build_data["infer_tag"] = True

@@ -75,10 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build-core":
         from .device import core
 
-        built, why = core.status()
-        if args.if_needed and built:
-            print(f"The compiled device core is up to date ({why}): {core.build_dir()}")
-            return 0
+        if args.if_needed:
+            built, why = core.status()
+            if built:
+                print(f"The compiled device core is up to date ({why}): {core.build_dir()}")
+                return 0
         try:
             seconds = core.build(verbose=args.verbose)
         except RuntimeError as exc:

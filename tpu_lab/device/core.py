@@ -68,6 +68,12 @@ def _record() -> Path:
     return build_dir() / "build.json"
 
 
+def artifacts() -> tuple[Path, ...]:
+    """The files a build leaves that a wheel must carry: the library, its sources' stamp and
+    the build record."""
+    return _library(), _stamp(), _record()
+
+
 def built_by() -> str:
     """How and in how long the built core was compiled (``""`` when unknown)."""
     try:
