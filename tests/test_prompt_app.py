@@ -22,7 +22,7 @@ from tpu_lab.controls import COMPILED, EAGER  # noqa: E402
 from tpu_lab.errors import DemoInputError  # noqa: E402
 
 DEFAULTS = {"prompt": prompt.EXAMPLE, "size": 32, "steps": 6, "seed": 0, "guidance": 1,
-            "scale": 4, "mode": EAGER.value}  # fmt: skip
+            "scale": 4, "mode": EAGER.value, "chips": 1}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,21 @@ def test_compiled_mode_compiles_once_per_size_and_explains_the_recompile(client)
     summary = resized["events"][0]["summary"]
     assert "changed from 256 to 576" in summary, summary  # 16x16 -> 24x24 tokens
     assert "changed from 256 to 576" in html
+
+
+def test_four_chips_give_the_one_chip_image_and_say_what_each_held(client):
+    import numpy as np
+    from PIL import Image
+
+    one, *_ = _call(client, steps=3)
+    four, video, _, html, report = _call(client, steps=3, chips=4)
+    assert video is None  # the trajectory is drawn on 1 chip only
+    held = report["chips"]["transformer"]
+    assert len(held) == 4 and len(set(held)) == 1
+    assert "On 4 chips (v6e-4, tensor parallel): each chip held transformer:" in html
+    with Image.open(one) as a, Image.open(four) as b:
+        diff = np.abs(np.asarray(a).astype(int) - np.asarray(b).astype(int))
+    assert diff.max() <= 1  # float32 TP=4 vs TP=1, then rounded to 8 bits
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,15 @@
 A Gradio Blocks app around :func:`tpu_lab.models.shapes.shapes_pipeline` (a ``FluxPipeline``).
 Inputs: the prompt, the image size (a new size is a new shape for the transformer: compiled, it
 recompiles, and the panel says why), denoising steps, seed, guidance (``true_cfg_scale`` against
-the empty prompt), display scale, and the mode (:data:`.shared.DEMO_MODES`): eager,
-TorchTPU's ``DEFER_AND_FUSE`` compile cache, or the transformer compiled the announcement's way
-(``pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)``). Outputs: the image,
-the denoising trajectory as an H.264 video, what the judge of the shapes world sees in the image,
-and the request's compilations, recompilations (with their reasons) and cache statistics.
-Requests queue one at a time; the server listens on 127.0.0.1 unless told otherwise.
+the empty prompt), display scale, the mode (:data:`.shared.DEMO_MODES`): eager, TorchTPU's
+``DEFER_AND_FUSE`` compile cache, or the transformer compiled the announcement's way
+(``pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)``), and the chips: 1, or
+4 (a simulated v6e-4 on the SPMD cluster, the transformer loaded with
+``TensorParallelConfig(tp_degree=4)``: :class:`.shared.FourChips`). Outputs: the image, the
+denoising trajectory as an H.264 video (1 chip), what the judge of the shapes world sees in the
+image, and the request's compilations, recompilations (with their reasons), cache statistics and,
+on 4 chips, what each chip held. Requests queue one at a time; the server listens on 127.0.0.1
+unless told otherwise.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from . import entry_points
 from .shared import (
     FPS,
     MAX_SEED,
+    FourChips,
+    check_chips,
     check_mode,
+    chips_input,
     device_line,
     enlarge,
     measured,
@@ -56,13 +62,16 @@ class PromptRequest:
     guidance: float
     scale: int
     mode: str
+    chips: int = 1
 
 
-def check_prompt_request(prompt, size, steps, seed, guidance, scale, mode) -> PromptRequest:
-    """The inputs as a :class:`PromptRequest`, or a :class:`DemoInputError` naming the field."""
+def check_prompt_request(prompt, size, steps, seed, guidance, scale, mode, chips=1,
+                         example=EXAMPLE) -> PromptRequest:  # fmt: skip
+    """The inputs as a :class:`PromptRequest`, or a :class:`DemoInputError` naming the field
+    (``example``: the prompt the message offers)."""
     mode = check_mode(mode)
     if not isinstance(prompt, str) or not prompt.strip():
-        raise DemoInputError(f"Prompt must be some words, e.g. {EXAMPLE!r}; got {prompt!r}.")
+        raise DemoInputError(f"Prompt must be some words, e.g. {example!r}; got {prompt!r}.")
     size = whole(size, "Size", min(SIZES), max(SIZES))
     if size not in SIZES:
         raise DemoInputError(f"Size must be one of {', '.join(map(str, SIZES))}; got {size}.")
@@ -74,6 +83,7 @@ def check_prompt_request(prompt, size, steps, seed, guidance, scale, mode) -> Pr
         guidance=real(guidance, "Guidance scale", 1.0, MAX_GUIDANCE),
         scale=whole(scale, "Display scale", 1, MAX_SCALE),
         mode=mode,
+        chips=check_chips(chips),
     )
 
 
@@ -91,16 +101,23 @@ def judged(image, prompt: str) -> str:
 
 
 class PromptDemo:
-    """One FluxPipeline, its compiled twin (made on first use), and the handler."""
+    """One FluxPipeline (loaded from ``folder``), its compiled twin (made on first use), its
+    4-chip twin on the cluster (started on first use), and the handler."""
 
-    def __init__(self, pipe, *, title: str = "Text to image") -> None:
+    #: The model module (its ``tp_pipeline`` loads the 4-chip twin), the pipeline's output and
+    #: the example prompt.
+    MODEL, OUTPUT, EXAMPLE = "tpu_lab.models.shapes", "images", EXAMPLE
+
+    def __init__(self, pipe, folder, *, title: str = "Text to image") -> None:
         self.pipe = pipe
         self.pipe.set_progress_bar_config(disable=True)
         self.title = title
         self._compiled = None
+        self.four_chips = FourChips(self.MODEL, folder)
         self._videos = tempfile.TemporaryDirectory(prefix="tpu_lab_demo_")
 
     def close(self) -> None:
+        self.four_chips.close()
         self._videos.cleanup()
 
     def pipeline(self, mode: str):
@@ -118,15 +135,46 @@ class PromptDemo:
             self._compiled.set_progress_bar_config(disable=True)
         return self._compiled
 
-    def run(self, request: PromptRequest, on_step=None):
-        """Draw ``request``: (image, MP4 bytes, judge line, Report)."""
-        import torch
-
-        from ..media import Trajectory, encode_mp4
+    def call_kwargs(self, request: PromptRequest) -> dict:
+        """The pipeline's arguments for ``request`` (plain values: they also go to the chips),
+        without the generator."""
         from ..models.shapes import TOKENS
 
+        kwargs = {
+            "prompt": request.prompt,
+            "height": request.size,
+            "width": request.size,
+            "max_sequence_length": TOKENS,
+            "num_inference_steps": request.steps,
+            "output_type": "np",
+        }
+        if request.guidance > 1:
+            kwargs.update(negative_prompt="", true_cfg_scale=request.guidance)
+        return kwargs
+
+    def generated(self, request: PromptRequest, callback=None):
+        """``request`` run on its chips in its mode: (the pipeline's output, Report).
+        ``callback`` (``callback_on_step_end``, given the latents) is called on 1 chip only."""
+        import torch
+
+        kwargs = self.call_kwargs(request)
+        if request.chips > 1:
+            return self.four_chips.run(request.mode, kwargs, request.seed, self.OUTPUT)
         pipe = self.pipeline(request.mode)
-        trajectory = Trajectory(pipe)
+        kwargs["generator"] = torch.Generator("cpu").manual_seed(request.seed)
+        if callback is not None:
+            kwargs.update(callback_on_step_end=callback,
+                          callback_on_step_end_tensor_inputs=["latents"])  # fmt: skip
+        return measured(request.mode, lambda: getattr(pipe(**kwargs), self.OUTPUT))
+
+    def run(self, request: PromptRequest, on_step=None):
+        """Draw ``request``: (image, MP4 bytes of the denoising trajectory (None on 4 chips),
+        judge line, Report)."""
+        from PIL import Image
+
+        from ..media import Trajectory, encode_mp4
+
+        trajectory = Trajectory(self.pipeline(request.mode)) if request.chips == 1 else None
         size = request.size
 
         def callback(p, step, t, tensors):
@@ -137,40 +185,35 @@ class PromptDemo:
                 on_step(step + 1, request.steps)
             return tensors
 
-        kwargs = {
-            "prompt": request.prompt,
-            "height": size,
-            "width": size,
-            "max_sequence_length": TOKENS,
-            "num_inference_steps": request.steps,
-            "generator": torch.Generator("cpu").manual_seed(request.seed),
-            "output_type": "np",
-            "callback_on_step_end": callback,
-            "callback_on_step_end_tensor_inputs": ["latents"],
-        }
-        if request.guidance > 1:
-            kwargs.update(negative_prompt="", true_cfg_scale=request.guidance)
-        images, report = measured(request.mode, lambda: pipe(**kwargs).images)
+        images, report = self.generated(request, callback)
         image = (images[0] * 255).round().astype("uint8")
-        frames = [enlarge(f, request.scale) for f in trajectory.frames()]
-        from PIL import Image
-
         picture = enlarge(Image.fromarray(image), request.scale)
-        return picture, encode_mp4(frames, fps=FPS), judged(image, request.prompt), report
+        video = None
+        if trajectory is not None:
+            video = encode_mp4([enlarge(f, request.scale) for f in trajectory.frames()], fps=FPS)
+        return picture, video, judged(image, request.prompt), report
 
-    def generate(self, prompt, size, steps, seed, guidance, scale, mode, progress=None):
+    def generate(self, prompt, size, steps, seed, guidance, scale, mode, chips=1,
+                 progress=None):  # fmt: skip
         """The Gradio handler: (image, video path, judge line, events HTML, report dict)."""
         import gradio as gr
 
         try:
-            request = check_prompt_request(prompt, size, steps, seed, guidance, scale, mode)
+            request = check_prompt_request(prompt, size, steps, seed, guidance, scale, mode,
+                                           chips, self.EXAMPLE)  # fmt: skip
             on_step = (lambda i, n: progress((i, n), desc="denoising")) if progress else None
             image, video, verdict, report = self.run(request, on_step)
         except TpuLabError as exc:
             raise gr.Error(str(exc)) from exc
-        path = Path(self._videos.name) / f"trajectory-{time.time_ns()}.mp4"
+        return image, self.video_file(video), verdict, report_html(report), report.to_dict()
+
+    def video_file(self, video: bytes | None) -> str | None:
+        """``video`` (MP4 bytes) saved for Gradio to serve."""
+        if video is None:
+            return None
+        path = Path(self._videos.name) / f"video-{time.time_ns()}.mp4"
         path.write_bytes(video)
-        return image, str(path), verdict, report_html(report), report.to_dict()
+        return str(path)
 
     def blocks(self):
         import gradio as gr
@@ -208,6 +251,7 @@ class PromptDemo:
                     )
                     scale = gr.Slider(1, MAX_SCALE, value=8, step=1, label="Display scale")
                     mode = mode_input()
+                    chips = chips_input()
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=2):
                     image = gr.Image(
@@ -217,12 +261,14 @@ class PromptDemo:
                     video = trajectory_output()
             events, report = report_outputs()
 
-            def generate(prompt, size, steps, seed, guidance, scale, mode, progress=gr.Progress()):  # noqa: B008 (Gradio's way)
-                return self.generate(prompt, size, steps, seed, guidance, scale, mode, progress)
+            def generate(prompt, size, steps, seed, guidance, scale, mode, chips,
+                         progress=gr.Progress()):  # noqa: B008 (Gradio's way)
+                return self.generate(prompt, size, steps, seed, guidance, scale, mode, chips,
+                                     progress)  # fmt: skip
 
             button.click(
                 generate,
-                [prompt, size, steps, seed, guidance, scale, mode],
+                [prompt, size, steps, seed, guidance, scale, mode, chips],
                 [image, video, verdict, events, report],
                 api_name="generate",
             )
@@ -231,9 +277,9 @@ class PromptDemo:
 
 
 def _prompt_demo(model, device: str) -> PromptDemo:
-    from ..models.shapes import shapes_pipeline
+    from ..models.shapes import FOLDER, shapes_pipeline
 
-    return PromptDemo(shapes_pipeline(device=device, path=model))
+    return PromptDemo(shapes_pipeline(device=device, path=model), model or FOLDER)
 
 
 build, launch = entry_points(

@@ -1,5 +1,6 @@
-"""What the demos share: checking a request's inputs, running it in the mode it asks for, the
-report of what the device did meanwhile, and the Gradio parts that show the mode and the report.
+"""What the demos share: checking a request's inputs, running it in the mode it asks for (on
+this process's chip or on 4 chips), the report of what the device did meanwhile, and the Gradio
+parts that show the mode, the chips and the report.
 
 The modes are :data:`tpu_lab.controls.MODES`' ``eager``, ``fuse`` (``DEFER_AND_FUSE``) and
 ``compiled`` (the demo's model under ``torch.compile(backend="tpu")``; each demo compiles its
@@ -19,6 +20,10 @@ from ..errors import DemoInputError, TpuLabError
 #: The modes a demo offers (values of :data:`tpu_lab.controls.MODES`).
 DEMO_MODES: tuple[Mode, ...] = (EAGER, FUSE, COMPILED)
 MAX_SEED = 2**32 - 1
+#: The chip counts a demo offers: this process's "tpu" device, or the 4 chips of a simulated
+#: v6e-4 (:data:`TP_TOPOLOGY`) with the pipeline's transformer split by tensor parallelism.
+CHIPS = (1, 4)
+TP_TOPOLOGY = "v6e-4"
 #: Frames per second of a denoising trajectory's video.
 FPS = 8
 #: Event kinds listed in the report (syncs and transfers are only counted).
@@ -60,24 +65,37 @@ def real(value: Any, name: str, low: float, high: float) -> float:
     return number
 
 
+def check_chips(value: Any) -> int:
+    """``value`` as one of :data:`CHIPS`, else a :class:`DemoInputError`."""
+    chips = whole(value, "Chips", min(CHIPS), max(CHIPS))
+    if chips not in CHIPS:
+        raise DemoInputError(f"Chips must be one of {', '.join(map(str, CHIPS))}; got {chips}.")
+    return chips
+
+
 @dataclass
 class Report:
-    """What the device did for one request: events, cache statistics, time."""
+    """What the device did for one request: events, cache statistics, time; on 4 chips, what
+    each chip held (``chips``: model part -> bytes per chip) and rank 0's events."""
 
     mode: str
     seconds: float
     events: list[dict[str, Any]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     cache: dict[str, int] = field(default_factory=dict)
+    chips: dict[str, list[int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "mode": self.mode,
             "seconds": round(self.seconds, 3),
             "counts": self.counts,
             "cache": self.cache,
             "events": self.events,
         }
+        if self.chips:
+            out["chips"] = self.chips
+        return out
 
 
 def measured(mode: str, work) -> tuple[Any, Report]:
@@ -103,6 +121,89 @@ def measured(mode: str, work) -> tuple[Any, Report]:
     return result, report
 
 
+_CELL = """
+import numpy as _np, torch as _torch, torch.distributed as _dist
+from tpu_lab.controls import running as _running
+from {module} import tp_pipeline as _tp_pipeline
+if "_tp_demo" not in globals():
+    _tp_demo = {{"eager": _tp_pipeline({folder!r})}}
+    _tp_demo["eager"].set_progress_bar_config(disable=True)
+if {mode!r} == "compiled" and "compiled" not in _tp_demo:
+    import copy as _copy
+    _eager = _tp_demo["eager"]
+    _transformer = _copy.copy(_eager.transformer)
+    _transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+    _tp_demo["compiled"] = type(_eager)(**{{**_eager.components, "transformer": _transformer}})
+    _tp_demo["compiled"].set_progress_bar_config(disable=True)
+_pipe = _tp_demo["compiled" if {mode!r} == "compiled" else "eager"]
+with _running({mode!r}):
+    _out = _pipe(**{kwargs!r}, generator=_torch.Generator().manual_seed({seed})).{output}
+if _dist.get_rank() == 0:
+    _np.save({path!r}, _out)
+from tpu_lab.apps.shared import held_bytes as _held_bytes
+_held_bytes(_pipe.transformer, {path!r} + f".rank{{_dist.get_rank()}}")
+"""
+
+
+def held_bytes(module, path: str) -> None:
+    """Write the bytes of ``module``'s parameters and buffers this rank holds to ``path``."""
+    from torch.distributed.tensor import DTensor
+
+    tensors = [*module.parameters(), *module.buffers()]
+    local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
+    with open(path, "w") as f:
+        f.write(str(sum(t.numel() * t.element_size() for t in local)))
+
+
+class FourChips:
+    """A demo's 4-chip requests: the SPMD cluster (:data:`TP_TOPOLOGY`, one process per chip)
+    is started on the first one; each chip then loads the pipeline in ``folder`` once, with
+    ``tp_pipeline`` of the model module ``module`` (its transformer loaded by
+    ``from_pretrained(..., parallel_config=TensorParallelConfig(tp_degree=4))``), and runs every
+    request, rank 0 handing back the result."""
+
+    def __init__(self, module: str, folder) -> None:
+        self.module, self.folder = module, str(folder)
+        self._cluster = None
+        self._files = None
+
+    def run(self, mode: str, kwargs: dict[str, Any], seed: int, output: str):
+        """``pipe(**kwargs, generator=seed).output`` on 4 chips in ``mode``: (array, Report)."""
+        import tempfile
+        from pathlib import Path
+
+        import numpy as np
+
+        from ..sharding import cluster as spmd
+
+        if self._cluster is None:
+            self._files = tempfile.TemporaryDirectory(prefix="tpu_lab_chips_")
+            self._cluster = spmd.start(TP_TOPOLOGY)
+        path = str(Path(self._files.name) / f"out-{time.time_ns()}.npy")
+        cell = _CELL.format(module=self.module, folder=self.folder, mode=mode, kwargs=kwargs,
+                            seed=seed, output=output, path=path)  # fmt: skip
+        result = self._cluster.run_cell(cell)
+        events = result.events[0]
+        report = Report(
+            mode=mode,
+            seconds=result.seconds,
+            events=[{"seq": i, "kind": kind, "summary": summary}
+                    for i, (kind, summary) in enumerate(events, 1) if kind in SHOWN],
+            counts={k: n for k in _COUNTED if (n := sum(kind == k for kind, _ in events))},
+            chips={"transformer": [int(Path(f"{path}.rank{r}").read_text())
+                                   for r in range(result.ranks)]},
+        )  # fmt: skip
+        return np.load(path), report
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            from ..sharding import cluster as spmd
+
+            spmd.stop()
+            self._cluster = None
+            self._files.cleanup()
+
+
 def _event_row(e) -> dict[str, Any]:
     row = {"seq": e.seq, "kind": e.kind, "summary": e.summary}
     for key in ("reason", "changes", "hints", "compile_seconds", "graph_ops"):
@@ -114,7 +215,7 @@ def _event_row(e) -> dict[str, Any]:
 def report_html(report: Report) -> str:
     """The report as the demos' events panel shows it."""
     counts = ", ".join(f"{n} {k}" for k, n in report.counts.items()) or "no events"
-    cache = ", ".join(f"{k} {v}" for k, v in report.cache.items())
+    cache = ", ".join(f"{k} {v}" for k, v in report.cache.items()) or "(on the chips)"
     rows = "".join(
         f"<tr><td>{e['seq']}</td><td>{escape(e['kind'])}</td><td>{escape(e['summary'])}"
         + "".join(f"<div>fix: {escape(h)}</div>" for h in e.get("hints", ()))
@@ -125,13 +226,27 @@ def report_html(report: Report) -> str:
         table = f"<table><tr><th>#</th><th>kind</th><th>what happened</th></tr>{rows}</table>"
     elif report.mode == EAGER.value:
         table = "<p>Eager: op by op, nothing compiled.</p>"
+    elif report.chips:
+        table = "<p>No compilation in this request.</p>"
     else:
         table = "<p>No compilation in this request: every graph came from the cache.</p>"
     return (
         f"<div class='tpu-lab-events'><p><b>{escape(report.mode)}</b> in "
         f"{report.seconds:.2f} s (host time) &middot; events: {escape(counts)} &middot; "
-        f"eager compile cache: {escape(cache)}</p>{table}</div>"
+        f"eager compile cache: {escape(cache)}</p>{_chips_html(report.chips)}{table}</div>"
     )
+
+
+def _chips_html(chips: dict[str, list[int]]) -> str:
+    """What each chip held, for a 4-chip request."""
+    if not chips:
+        return ""
+    from ..hbm import format_bytes
+
+    held = "; ".join(f"{escape(name)}: " + " / ".join(format_bytes(b) for b in per_chip)
+                     for name, per_chip in chips.items())  # fmt: skip
+    return (f"<p>On {len(next(iter(chips.values())))} chips ({TP_TOPOLOGY}, tensor parallel): "
+            f"each chip held {held}.</p>")  # fmt: skip
 
 
 def device_line() -> str:
@@ -152,6 +267,14 @@ def enlarge(image, scale: int):
 
 
 # --- the Gradio parts every demo shows ---------------------------------------------------------
+
+
+def chips_input():
+    """The chip count: 1, or 4 with the transformer split by tensor parallelism."""
+    import gradio as gr
+
+    label = f"Chips (4: tensor parallel on a simulated {TP_TOPOLOGY}, started on first use)"
+    return gr.Radio(list(CHIPS), value=1, label=label, elem_id="chips")
 
 
 def mode_input():

@@ -218,3 +218,20 @@ def shapes_pipeline(device: str = "tpu", path: str | Path | None = None, **kwarg
         )
     pipe = FluxPipeline.from_pretrained(folder, **kwargs)
     return pipe.to(device) if device is not None else pipe
+
+
+def tp_pipeline(path: str | Path | None = None, tp_degree: int = 4, device: str = "tpu",
+                **kwargs):  # fmt: skip
+    """The announcement's recipe, to run on every rank of a cluster (``%%tpu spmd``): the
+    transformer loaded with ``from_pretrained(...,
+    parallel_config=TensorParallelConfig(tp_degree=tp_degree))`` (Diffusers' ``_tp_plan`` for
+    Flux) into the pipeline, moved to ``device``. Keyword arguments (``dtype=``) go to both
+    ``from_pretrained`` calls."""
+    from diffusers import FluxTransformer2DModel, TensorParallelConfig
+
+    folder = Path(path) if path is not None else FOLDER
+    transformer = FluxTransformer2DModel.from_pretrained(
+        folder, subfolder="transformer", parallel_config=TensorParallelConfig(tp_degree=tp_degree),
+        **kwargs,
+    )  # fmt: skip
+    return shapes_pipeline(device, folder, transformer=transformer, **kwargs)
