@@ -100,11 +100,7 @@ def train_flux(parts, latents, captions, seconds, batch, lr, device, log, drop=0
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        decay = min(0.999, (1 + step) / (10 + step))
-        with torch.no_grad():
-            for ema, m in zip(emas, modules, strict=True):
-                for e, p in zip(ema.parameters(), m.parameters(), strict=True):
-                    e.lerp_(p, 1 - decay)
+        ema_update(emas, modules, step)
         if step % 100 == 0:
             value = loss.item()
             history.append((step, round(value, 4)))
@@ -135,17 +131,22 @@ def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: 
                                                                             strict=True)]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--scenes", type=int, default=20000)
+def log(line: str) -> None:
+    print(line, flush=True)
+
+
+def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path) -> argparse.Namespace:
+    """The training scripts' arguments (``--<data>`` examples to draw, ``--minutes``, ...),
+    with ``--resume`` checked; sets the threads and the seed."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(f"--{data}", type=int, default=count, dest="count")
     p.add_argument("--minutes", type=float, default=40.0, help="training time (wall clock)")
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--batch", type=int, default=batch)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="tpu")
     p.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
-    p.add_argument("--out", type=Path, default=shapes.FOLDER,
-                   help=f"pipeline folder (default {shapes.FOLDER})")  # fmt: skip
+    p.add_argument("--out", type=Path, default=out, help=f"pipeline folder (default {out})")
     p.add_argument("--resume", type=Path, default=None,
                    help="continue training the pipeline saved in this folder")  # fmt: skip
     args = p.parse_args(argv)
@@ -153,19 +154,65 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--resume {args.resume}: no model_index.json there (a folder this script wrote)")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    return args
 
-    def log(line: str) -> None:
-        print(line, flush=True)
 
-    images, captions = scenes(args.scenes, args.seed)
-    earlier = []
+def earlier_runs(folder: Path | None) -> list[dict]:
+    """The runs recorded in ``folder``'s ``training.json`` (none for a fresh start)."""
+    record = folder / "training.json" if folder is not None else None
+    if record is None or not record.is_file():
+        return []
+    previous = json.loads(record.read_text())
+    return previous.pop("runs", []) + [previous]
+
+
+def ema_update(emas, modules, step: int) -> None:
+    """One step of the exponential moving average (warming up to a decay of 0.999)."""
+    decay = min(0.999, (1 + step) / (10 + step))
+    with torch.no_grad():
+        for ema, m in zip(emas, modules, strict=True):
+            for e, p in zip(ema.parameters(), m.parameters(), strict=True):
+                e.lerp_(p, 1 - decay)
+
+
+def judge_and_record(args, judge, guidances, what: str, seconds: float, steps: int,
+                     history, earlier) -> None:  # fmt: skip
+    """Judge the saved pipeline at each guidance (``judge(folder, device, guidance=g)``) and
+    write ``training.json`` beside it: this run, its scores, and the earlier runs."""
+    scores = {}
+    for guidance in guidances:
+        start = time.perf_counter()
+        scores[guidance] = judge(args.out, args.device, guidance=guidance)
+        log(f"judge at guidance {guidance}: {scores[guidance]:.2f} of 100 prompts honoured "
+            f"({time.perf_counter() - start:.0f} s)")  # fmt: skip
+    record = {
+        "data": f"{args.count} {what} from tpu_lab.models.shapes_world, seed {args.seed}",
+        "device": args.device,
+        "minutes": args.minutes,
+        "steps": steps,
+        "batch": args.batch,
+        "lr": args.lr,
+        "seed": args.seed,
+        "threads": args.threads,
+        "seconds": round(seconds, 1),
+        "judge_100_prompts_by_guidance": scores,
+        "loss": history,
+        "torch": torch.__version__,
+        "resumed_from": str(args.resume) if args.resume is not None else None,
+        "runs": earlier,
+        "total_seconds": round(seconds + sum(r["seconds"] for r in earlier), 1),
+    }
+    (args.out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+    log(f"saved {args.out} (training {seconds:.0f} s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(__doc__, argv, data="scenes", count=20000, batch=16, out=shapes.FOLDER)
+    images, captions = scenes(args.count, args.seed)
+    earlier = earlier_runs(args.resume)
     if args.resume is not None:
         parts = dict(FluxPipeline.from_pretrained(args.resume).components)
         shift, scale = parts["vae"].config.shift_factor, parts["vae"].config.scaling_factor
-        record = args.resume / "training.json"
-        if record.is_file():
-            previous = json.loads(record.read_text())
-            earlier = previous.pop("runs", []) + [previous]
         log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
     else:
         parts = shapes.build_components(args.seed)
@@ -175,38 +222,15 @@ def main(argv: list[str] | None = None) -> int:
         parts["vae"] = shapes.pixel_vae(scale=scale, shift=shift)
     latents = (images - shift) * scale
     log(f"pixels as latents {tuple(latents.shape)}: shift {shift:.4f}, scale {scale:.4f}")
-    emas, history, flux_seconds, steps = train_flux(
+    emas, history, seconds, steps = train_flux(
         parts, latents, captions, args.minutes * 60, args.batch, args.lr, args.device, log
     )
     for name, ema in zip(("transformer", "text_encoder", "text_encoder_2"), emas, strict=True):
         parts[name] = ema.cpu()
     untie(parts["text_encoder_2"])
     FluxPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
-    scores = {}
-    for guidance in (1.0, 2.0, 3.0):  # true_cfg_scale (1: none)
-        start = time.perf_counter()
-        scores[guidance] = judge_run(args.out, args.device, guidance=guidance)
-        log(f"judge at guidance {guidance}: {scores[guidance]:.2f} of 100 prompts honoured "
-            f"({time.perf_counter() - start:.0f} s)")  # fmt: skip
-    record = {
-        "data": f"{args.scenes} scenes from tpu_lab.models.shapes_world, seed {args.seed}",
-        "device": args.device,
-        "minutes": args.minutes,
-        "steps": steps,
-        "batch": args.batch,
-        "lr": args.lr,
-        "seed": args.seed,
-        "threads": args.threads,
-        "seconds": round(flux_seconds, 1),
-        "judge_100_prompts_by_guidance": scores,
-        "loss": history,
-        "torch": torch.__version__,
-        "resumed_from": str(args.resume) if args.resume is not None else None,
-        "runs": earlier,
-        "total_seconds": round(flux_seconds + sum(r["seconds"] for r in earlier), 1),
-    }
-    (args.out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
-    log(f"saved {args.out} (training {flux_seconds:.0f} s)")
+    # true_cfg_scale (1: none)
+    judge_and_record(args, judge_run, (1.0, 2.0, 3.0), "scenes", seconds, steps, history, earlier)
     return 0
 
 

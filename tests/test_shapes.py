@@ -4,8 +4,8 @@
   captions, so that its score of the model means something;
 - the shipped folder is an ordinary FluxPipeline folder loaded offline by ``from_pretrained``;
 - the model should honour at least 80% of 100 random prompts (grid kept as
-  tests/artifacts/shapes_grid.png: look at it); the shipped weights do NOT yet (13%: an expected
-  failure, see the test), they have learned the background and the colours only;
+  tests/artifacts/shapes_grid.png: look at it); the shipped weights do NOT yet (22%: an expected
+  failure, see the test), they have learned the backgrounds and the colours, not the shapes;
 - the "tpu" device gives the CPU's images (float32 and bfloat16); the transformer compiled the
   announcement's way gives the eager images, compiles once per size, and recompiles, explained,
   when the size changes.
@@ -141,17 +141,19 @@ def test_loads_offline_through_from_pretrained(monkeypatch):
 
 @pytest.fixture(scope="module")
 def hundred(pipe):
-    """100 random prompts (seed 1234) and the model's 32x32 images of them, as uint8."""
+    """100 random prompts (seed 1234) and the model's 32x32 images of them at the default
+    guidance, as uint8."""
     prompts = _prompts(100)
-    images = pipe(prompts, num_inference_steps=shapes.STEPS, generator=_seed(),
-                  output_type="np", **shapes.CALL).images  # fmt: skip
+    images = pipe(prompts, num_inference_steps=shapes.STEPS, generator=_seed(), output_type="np",
+                  negative_prompt="", true_cfg_scale=shapes.GUIDANCE, **shapes.CALL).images  # fmt: skip
     _save_grid(images[:40])
     return prompts, (images * 255).round().astype(np.uint8)
 
 
 def test_it_has_learned_the_backgrounds_and_the_colours(hundred):
-    """What the shipped weights (125 minutes of training) do know, measured: the background of
-    all 100 prompts, and 76 of 100 with every requested colour on 12+ pixels."""
+    """What the shipped weights (170 minutes of training) do know, measured at the default
+    guidance: the background of all 100 prompts, and 91 of 100 with every requested colour on
+    12+ pixels."""
     prompts, images = hundred
     background = colours = 0
     for prompt, image in zip(prompts, images, strict=True):
@@ -161,13 +163,13 @@ def test_it_has_learned_the_backgrounds_and_the_colours(hundred):
         colours += all((index == list(world.COLOURS).index(c)).sum() >= 12
                        for c, _ in request.objects)  # fmt: skip
     print(f"background right {background}/100, requested colours present {colours}/100")
-    assert background >= 90 and colours >= 65
+    assert background >= 90 and colours >= 80
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped weights (13,112 steps, 125 minutes on 2 "
+@pytest.mark.xfail(strict=True, reason="the shipped weights (17,484 steps, 170 minutes on 2 "
                    "shared cores) draw the right colours on the right background as blobs, "
-                   "roughly in place, not yet clean shapes: the judge passes 13 of 100; more "
-                   "training (scripts/train_shapes.py --resume) is needed")  # fmt: skip
+                   "roughly in place, few clean shapes: the judge passes 22 of 100 at guidance "
+                   "2; more training (scripts/train_shapes.py --resume) is needed")  # fmt: skip
 def test_honours_80_percent_of_100_random_prompts(hundred):
     prompts, images = hundred
     verdicts = [world.judge(im, p) for im, p in zip(images, prompts, strict=True)]
