@@ -1,13 +1,15 @@
-"""One image from the embedded text-to-image model (the tiny FluxPipeline, 32x32, 20 steps): eager
+"""One image from the embedded text-to-image model (the tiny FluxPipeline, 32x32, 20 steps) and
+one clip from the text-to-video model (the tiny WanPipeline, 17 frames of 32x32, 20 steps): eager
 on the bundled "tpu" device against plain CPU PyTorch, the transformer compiled the announcement's
 way (``pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)``) against eager,
 and one denoising step of the transformer tensor-parallel over the 4-chip SPMD cluster
-(``TensorParallelConfig(tp_degree=4)``, float32) against TP=1 in this process.
+(``TensorParallelConfig(tp_degree=4)``, float32; Wan with ``clips.WanTransformerTP``'s plan)
+against TP=1 in this process.
 
 The compiled side is warmed up first (its compilation is timed apart); then the sides run
 interleaved, median of several repeats. Run: ``python benchmarks/bench_shapes.py`` (``--quick``:
-fewer repeats; ``--no-cluster``: skip the TP=4 figure). Host timings of a simulation, never TPU
-speed.
+fewer repeats; ``--no-cluster``: skip the TP=4 figures; ``--model image|video``: one model).
+Host timings of a simulation, never TPU speed.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import torch
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
 from _record import record
-from tpu_lab.models import shapes
+from tpu_lab.models import clips, shapes
 
-PROMPT = "a large red circle in the top left on a black background"
+PROMPTS = {"image": "a large red circle in the top left on a black background",
+           "video": "a large red circle moving right on a black background"}  # fmt: skip
 
 
 def _timed(fn) -> float:
@@ -36,17 +39,22 @@ def _timed(fn) -> float:
 
 
 def _run(pipe) -> None:
-    images = pipe(PROMPT, num_inference_steps=shapes.STEPS, output_type="pt",
-                  generator=torch.Generator().manual_seed(0), **shapes.CALL).images  # fmt: skip
-    images.cpu()  # wait for the device
+    generator = torch.Generator().manual_seed(0)
+    if "Wan" in type(pipe).__name__:
+        out = pipe(PROMPTS["video"], num_inference_steps=clips.STEPS, output_type="pt",
+                   guidance_scale=clips.GUIDANCE, generator=generator, **clips.CALL).frames
+    else:
+        out = pipe(PROMPTS["image"], num_inference_steps=shapes.STEPS, output_type="pt",
+                   generator=generator, **shapes.CALL).images  # fmt: skip
+    out.cpu()  # wait for the device
 
 
 STEP = """
 import time, torch, torch.distributed as dist
 from diffusers import FluxTransformer2DModel, TensorParallelConfig
-from tpu_lab.models import shapes
-model = FluxTransformer2DModel.from_pretrained(shapes.FOLDER, subfolder="transformer",
-    parallel_config=TensorParallelConfig(tp_degree=4))
+from tpu_lab.models import clips, shapes
+model = {cls}.from_pretrained({module}.FOLDER, subfolder="transformer",
+    parallel_config=TensorParallelConfig(tp_degree=4)).to("tpu")  # Wan's RoPE buffers too
 g = torch.Generator().manual_seed(0)
 inputs = {inputs}
 inputs = {{k: v.to("tpu") for k, v in inputs.items()}}
@@ -62,29 +70,43 @@ if dist.get_rank() == 0:
     torch.save(times[1:], {out!r})
 """
 
-INPUTS = """dict(hidden_states=torch.randn(1, 256, 12, generator=g),
-    encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
-    pooled_projections=torch.randn(1, 64, generator=g), timestep=torch.tensor([0.5]),
-    img_ids=torch.zeros(256, 3), txt_ids=torch.zeros(16, 3))"""
+#: Per model: the transformer class (as the step's source names it), its module, one step's inputs.
+STEPS = {
+    "image": ("FluxTransformer2DModel", "shapes", """dict(
+        hidden_states=torch.randn(1, 256, 12, generator=g),
+        encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
+        pooled_projections=torch.randn(1, 64, generator=g), timestep=torch.tensor([0.5]),
+        img_ids=torch.zeros(256, 3), txt_ids=torch.zeros(16, 3))"""),
+    "video": ("clips.WanTransformerTP", "clips", """dict(
+        hidden_states=torch.randn(1, 12, 17, 16, 16, generator=g),
+        encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
+        timestep=torch.tensor([500.0]))"""),
+}
 
 
-def _tp_step(repeats: int) -> tuple[float, float]:
-    """Median seconds of one transformer step (one 32x32 image): TP=4 on the cluster, TP=1 here."""
+def _tp_step(model_name: str, repeats: int) -> tuple[float, float]:
+    """Median seconds of one transformer step (one image or clip): TP=4 on the cluster, TP=1
+    here."""
     from tpu_lab.sharding import cluster as spmd
 
+    cls, module, inputs_source = STEPS[model_name]
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "times.pt")
         c = spmd.start("v6e-4")
         try:
-            c.run_cell(STEP.format(inputs=INPUTS, repeats=repeats, out=out))
+            c.run_cell(STEP.format(cls=cls, module=module, inputs=inputs_source,
+                                   repeats=repeats, out=out))  # fmt: skip
             tp4 = statistics.median(torch.load(out))
         finally:
             spmd.stop()
     from diffusers import FluxTransformer2DModel
 
-    model = FluxTransformer2DModel.from_pretrained(shapes.FOLDER, subfolder="transformer").to("tpu")
+    names = {"torch": torch, "clips": clips, "shapes": shapes,
+             "FluxTransformer2DModel": FluxTransformer2DModel}  # fmt: skip
+    model = eval(cls, names).from_pretrained(eval(module, names).FOLDER,
+                                             subfolder="transformer").to("tpu")  # fmt: skip
     g = torch.Generator().manual_seed(0)
-    inputs = {k: v.to("tpu") for k, v in eval(INPUTS, {"torch": torch, "g": g}).items()}
+    inputs = {k: v.to("tpu") for k, v in eval(inputs_source, {**names, "g": g}).items()}
     times = []
     with torch.no_grad():
         for _ in range(repeats + 1):
@@ -95,11 +117,19 @@ def _tp_step(repeats: int) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true", help="3 repeats instead of 7")
-    p.add_argument("--no-cluster", action="store_true", help="skip the TP=4 cluster figure")
+    p.add_argument("--no-cluster", action="store_true", help="skip the TP=4 cluster figures")
+    p.add_argument("--model", choices=("image", "video", "both"), default="both")
     args = p.parse_args(argv)
     repeats = 3 if args.quick else 7
-    cpu = shapes.shapes_pipeline(device="cpu")
-    eager = shapes.shapes_pipeline()
+    for name in ("image", "video") if args.model == "both" else (args.model,):
+        _bench(name, repeats, not args.no_cluster)
+    return 0
+
+
+def _bench(name: str, repeats: int, cluster: bool) -> None:
+    load = shapes.shapes_pipeline if name == "image" else clips.clips_pipeline
+    cpu = load(device="cpu")
+    eager = load()
     transformer = copy.copy(eager.transformer)
     transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
     compiled = type(eager)(**{**eager.components, "transformer": transformer})
@@ -114,18 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         times["eager"].append(_timed(lambda: _run(eager)))
         times["compiled"].append(_timed(lambda: _run(compiled)))
     median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    what = f"one 32x32 image, {shapes.STEPS} steps (tiny Flux)"
+    what = (f"one 32x32 image, {shapes.STEPS} steps (tiny Flux)" if name == "image"
+            else f"one clip of {clips.FRAMES} 32x32 frames, {clips.STEPS} steps (tiny Wan)")
     record("shapes", f"{what}, eager on tpu", median["eager"], "ms", baseline=median["cpu"])
     record("shapes", f"{what}, transformer compiled (backend tpu)", median["compiled"], "ms",
            baseline=median["eager"], baseline_label="eager on tpu",
            note=f"lowering {lowering}")  # fmt: skip
-    record("shapes", "first compiled call (compiles the transformer)", first, "s")
-    if not args.no_cluster:
-        tp4, tp1 = _tp_step(repeats)
-        record("shapes", "one transformer step, TP=4 on the v6e-4 cluster", tp4 * 1e3, "ms",
-               baseline=tp1 * 1e3, baseline_label="TP=1 on tpu",
+    record("shapes", f"{name}: first compiled call (compiles the transformer)", first, "s")
+    if cluster:
+        tp4, tp1 = _tp_step(name, repeats)
+        record("shapes", f"{name}: one transformer step, TP=4 on the v6e-4 cluster", tp4 * 1e3,
+               "ms", baseline=tp1 * 1e3, baseline_label="TP=1 on tpu",
                note="4 processes over gloo: collectives dominate a model this small")  # fmt: skip
-    return 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 transformer loaded by ``from_pretrained(..., parallel_config=TensorParallelConfig(tp_degree=4))``
 (Diffusers' own ``_tp_plan`` for Flux), unchanged, gives the images of TP=1, in float32 within
 float32 tolerance and in bfloat16 within bfloat16's; each chip holds a quarter of every sharded
-weight.
+weight. The same for the embedded WanPipeline, whose transformer family has no plan in
+Diffusers: ``clips.WanTransformerTP`` defines one (its feed-forwards split four ways).
 
 One cluster for the module (one process per simulated v6e chip, about 10 s to start).
 """
@@ -23,12 +24,12 @@ from tpu_lab.sharding import cluster as spmd  # noqa: E402
 
 STEPS = 4
 #: float32: the row-wise layers sum 4 partial products in another order, and 4 Euler steps
-#: carry the difference on (measured with the shipped weights: 3.5e-5 at 4 of 6,144 values of
-#: images in [0, 1], the rest under 1e-5).
+#: carry the difference on (measured with the shipped weights: at most 1.8e-5 on images in
+#: [0, 1]; earlier weights gave 3.5e-5).
 ATOL = 1e-4
 #: bfloat16: 8 significant bits (one step at 1.0 is 7.8e-3); the two orders of summation differ
 #: in the last place of some activations and 4 steps amplify a few of them (measured with the
-#: shipped weights: 4 of 6,144 values beyond 0.1, the largest 0.18); the mean stays tiny.
+#: shipped weights: the largest 0.19, at a handful of values); the mean stays tiny.
 ATOL_BF16 = 0.25
 
 RECIPE = """
@@ -87,6 +88,52 @@ def test_tp4_pipeline_matches_tp1(cluster, tmp_path, dtype, atol):
     assert len(set(transformer.local_bytes)) == 1  # every chip holds the same share
     whole = sum(p.numel() * p.element_size() for p in _transformer(eval(dtype)).parameters())
     assert whole / 4 < transformer.local_bytes[0] < whole
+
+
+VIDEO_RECIPE = """
+import torch, torch.distributed as dist
+from diffusers import TensorParallelConfig, WanPipeline
+from tpu_lab.models import clips
+transformer = clips.WanTransformerTP.from_pretrained(
+    clips.FOLDER, subfolder="transformer", dtype={dtype},
+    parallel_config=TensorParallelConfig(tp_degree=4))
+pipe = WanPipeline.from_pretrained(clips.FOLDER, transformer=transformer, dtype={dtype})
+pipe = pipe.to("tpu")
+pipe.set_progress_bar_config(disable=True)
+frames = pipe({prompts!r}, num_inference_steps={steps}, guidance_scale=1.0,
+              generator=torch.Generator().manual_seed(0), output_type="pt", **clips.CALL).frames
+if dist.get_rank() == 0:
+    torch.save(frames.float().cpu(), {out!r})
+"""
+
+
+@pytest.mark.parametrize(("dtype", "atol"), [("torch.float32", ATOL),
+                                             ("torch.bfloat16", ATOL_BF16)])  # fmt: skip
+def test_tp4_video_pipeline_with_its_own_plan_matches_tp1(cluster, tmp_path, dtype, atol):
+    from tpu_lab.models import clips
+
+    prompts = ["a small red circle moving right on a black background"]
+    out = tmp_path / "tp4.pt"
+    result = cluster.run_cell(
+        VIDEO_RECIPE.format(dtype=dtype, prompts=prompts, steps=STEPS, out=str(out))
+    )
+    pipe = clips.clips_pipeline(dtype=eval(dtype))
+    pipe.set_progress_bar_config(disable=True)
+    expected = pipe(prompts, num_inference_steps=STEPS, guidance_scale=1.0,
+                    generator=torch.Generator().manual_seed(0), output_type="pt",
+                    **clips.CALL).frames.float().cpu()  # fmt: skip
+    diff = (torch.load(out) - expected).abs()
+    print(f"{dtype}: max |TP=4 - TP=1| = {diff.max().item():.2e}")
+    assert diff.max() <= atol
+    assert diff.mean() < atol / 20
+    (transformer,) = [v for v in result.sharding if v.name == "transformer"]
+    assert len(set(transformer.local_bytes)) == 1
+    tensors = [*pipe.transformer.parameters(), *pipe.transformer.buffers()]
+    whole = sum(t.numel() * t.element_size() for t in tensors)
+    ffn = sum(p.numel() * p.element_size() for n, p in pipe.transformer.named_parameters()
+              if ".ffn.net.0." in n or n.endswith(".ffn.net.2.weight"))  # fmt: skip
+    # each chip: the attention and the rest whole, a quarter of each feed-forward
+    assert whole - ffn < transformer.local_bytes[0] <= whole - ffn + ffn // 4
 
 
 def _transformer(dtype):

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 #: ``tpu-lab demo NAME``: the module of ``tpu_lab.apps`` that serves it.
-DEMO_MODULES = {"image": "prompt", "digits": "image", "text": "text"}
+DEMO_MODULES = {"image": "prompt", "video": "video", "digits": "image", "text": "text"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     demos = {
         "image": ("text to image with the embedded Flux pipeline (coloured shapes)",
                   "a local FluxPipeline folder (written by scripts/train_shapes.py)"),
+        "video": ("text to video with the embedded Wan pipeline (shapes in motion)",
+                  "a local WanPipeline folder (written by scripts/train_clips.py)"),
         "digits": ("draw digits with the embedded class-conditional diffusion model",
                    "a local diffusers pipeline folder"),
         "text": ("continue a prompt with the embedded character model",

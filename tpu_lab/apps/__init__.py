@@ -1,5 +1,6 @@
-"""Gradio demo apps (``tpu-lab demo image|text``): the embedded models on the "tpu" device, with
-the compilations, recompilations and cache statistics of every request beside the result.
+"""Gradio demo apps (``tpu-lab demo image|video|digits|text``): the embedded models on the "tpu"
+device, with the compilations, recompilations and cache statistics of every request beside the
+result.
 
 Needs ``pip install 'tpu-lab[demo]'``.
 """

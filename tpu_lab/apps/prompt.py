@@ -216,50 +216,63 @@ class PromptDemo:
         path.write_bytes(video)
         return str(path)
 
+    #: What the inputs offer: example prompts, sizes, the guidance's label.
+    EXAMPLES = (EXAMPLE, "a blue square left of a yellow triangle on a gray background",
+                "a small white triangle in the centre on a black background")  # fmt: skip
+    SIZES = SIZES
+    GUIDANCE_LABEL = "Guidance (true_cfg_scale; 1 = none)"
+
+    def heading(self) -> str:
+        from ..models.shapes_world import COLOURS, SHAPES
+
+        return (
+            f"## {self.title}\nA tiny `FluxPipeline` trained on scenes of coloured shapes, on "
+            f"the `tpu` device ({device_line()}). It knows {', '.join(COLOURS)}; "
+            f"{', '.join(SHAPES)}; small/large; the four corners and the centre; "
+            "*left of* and *above*; black or gray backgrounds. A new **Size** is a new "
+            "shape for the transformer: compiled, that is a recompilation, shown below "
+            "with its reason."
+        )
+
+    def defaults(self) -> tuple[int, float]:
+        """The model's denoising steps and guidance."""
+        from ..models.shapes import GUIDANCE, STEPS
+
+        return STEPS, GUIDANCE
+
+    def outputs(self) -> list:
+        """The result's Gradio parts (the handler returns one value each, then the report's)."""
+        import gradio as gr
+
+        image = gr.Image(label="Image", type="pil", format="png", height=320,
+                         elem_id="prompt-image")  # fmt: skip
+        verdict = gr.Markdown(elem_id="verdict")
+        return [image, trajectory_output(), verdict]
+
     def blocks(self):
         import gradio as gr
 
-        from ..models.shapes import GUIDANCE, STEPS
-        from ..models.shapes_world import COLOURS, SHAPES
-
+        steps_default, guidance_default = self.defaults()
         with gr.Blocks(title=f"tpu_lab: {self.title}") as demo:
-            gr.Markdown(
-                f"## {self.title}\nA tiny `FluxPipeline` trained on scenes of coloured shapes, on "
-                f"the `tpu` device ({device_line()}). It knows {', '.join(COLOURS)}; "
-                f"{', '.join(SHAPES)}; small/large; the four corners and the centre; "
-                "*left of* and *above*; black or gray backgrounds. A new **Size** is a new "
-                "shape for the transformer: compiled, that is a recompilation, shown below "
-                "with its reason."
-            )
+            gr.Markdown(self.heading())
             with gr.Row():
                 with gr.Column(scale=1):
-                    prompt = gr.Textbox(EXAMPLE, label="Prompt", elem_id="prompt")
-                    gr.Examples(
-                        [[EXAMPLE], ["a blue square left of a yellow triangle on a gray "
-                                     "background"],
-                         ["a small white triangle in the centre on a black background"]],
-                        [prompt],
-                    )  # fmt: skip
-                    size = gr.Dropdown(list(SIZES), value=SIZES[0], label="Size (pixels)")
-                    steps = gr.Number(STEPS, label=f"Steps (1-{MAX_STEPS})")
-                    seed = gr.Number(0, label="Seed")
-                    guidance = gr.Slider(
-                        1,
-                        MAX_GUIDANCE,
-                        value=GUIDANCE,
-                        step=0.5,
-                        label="Guidance (true_cfg_scale; 1 = none)",
-                    )
-                    scale = gr.Slider(1, MAX_SCALE, value=8, step=1, label="Display scale")
-                    mode = mode_input()
-                    chips = chips_input()
+                    prompt = gr.Textbox(self.EXAMPLES[0], label="Prompt", elem_id="prompt")
+                    gr.Examples([[e] for e in self.EXAMPLES], [prompt])
+                    inputs = [
+                        prompt,
+                        gr.Dropdown(list(self.SIZES), value=self.SIZES[0], label="Size (pixels)"),
+                        gr.Number(steps_default, label=f"Steps (1-{MAX_STEPS})"),
+                        gr.Number(0, label="Seed"),
+                        gr.Slider(1, MAX_GUIDANCE, value=guidance_default, step=0.5,
+                                  label=self.GUIDANCE_LABEL),
+                        gr.Slider(1, MAX_SCALE, value=8, step=1, label="Display scale"),
+                        mode_input(),
+                        chips_input(),
+                    ]  # fmt: skip
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=2):
-                    image = gr.Image(
-                        label="Image", type="pil", format="png", height=320, elem_id="prompt-image"
-                    )
-                    verdict = gr.Markdown(elem_id="verdict")
-                    video = trajectory_output()
+                    outputs = self.outputs()
             events, report = report_outputs()
 
             def generate(prompt, size, steps, seed, guidance, scale, mode, chips,
@@ -267,12 +280,7 @@ class PromptDemo:
                 return self.generate(prompt, size, steps, seed, guidance, scale, mode, chips,
                                      progress)  # fmt: skip
 
-            button.click(
-                generate,
-                [prompt, size, steps, seed, guidance, scale, mode, chips],
-                [image, video, verdict, events, report],
-                api_name="generate",
-            )
+            button.click(generate, inputs, [*outputs, events, report], api_name="generate")
         demo.queue(default_concurrency_limit=1)
         return demo
 

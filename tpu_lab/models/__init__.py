@@ -1,7 +1,8 @@
 """Tiny models built from configs (nothing is downloaded), saved so that the real
 ``from_pretrained`` path loads them: for the tour, the benchmarks and the notebooks; and the
-embedded digits model (``digits_pipeline``) and character-level text model (``chars_model``),
-trained here and shipped in the package."""
+embedded models, trained here and shipped in the package: the digits model
+(``digits_pipeline``), the character-level text model (``chars_model``), the text-to-image Flux
+pipeline (:mod:`.shapes`) and the text-to-video Wan pipeline (:mod:`.clips`)."""
 
 from __future__ import annotations
 

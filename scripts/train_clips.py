@@ -1,0 +1,149 @@
+"""Train the embedded text-to-video model (a tiny WanPipeline) on the "tpu" device and save it
+into the package.
+
+    nice python scripts/train_clips.py                    # writes tpu_lab/models/clips/
+    python scripts/train_clips.py --minutes 2 --out /tmp/clips --device cpu
+
+Data: clips of one coloured shape moving, growing or changing colour, drawn and captioned by
+``tpu_lab.models.shapes_world`` (a fresh set of ``--clips`` clips from ``--seed``), 17 frames of
+32x32 RGB. The VAE is not trained: it is ``clips.pixel_vae`` (2x2-patched pixels in and out),
+whose config takes the pixels' mean and spread per channel as ``latents_mean``/``latents_std``.
+Trained on ``--device``: the ``WanTransformer3DModel`` together with the ``UMT5EncoderModel``,
+from scratch, by rectified flow as ``scripts/train_shapes.py`` trains the image model (the
+transformer predicts ``noise - x_0`` at ``x_t = (1 - t) x_0 + t noise``, its timestep
+``1000 t`` as WanPipeline passes it; the text states past each prompt's end are zeroed, as
+WanPipeline does); 10% of captions are empty, which is what ``guidance_scale`` needs. AdamW with
+warm-up and cosine decay over a wall-clock budget; an exponential moving average of the weights
+is saved. ``--resume FOLDER`` continues from a saved pipeline; ``training.json`` lists every run.
+
+At the end the saved pipeline is loaded back with ``WanPipeline.from_pretrained`` and judged on
+100 random prompts (``shapes_world.judge_clip``).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from diffusers import WanPipeline
+from train_shapes import _factor, earlier_runs, ema_update, judge_and_record, log, parse, untie
+
+import tpu_lab  # noqa: F401  (the "tpu" device)
+from tpu_lab.models import clips, shapes, shapes_world
+
+
+def clip_data(n: int, seed: int) -> tuple[torch.Tensor, list[str]]:
+    """``n`` random clips as ``(n, 3, 17, 32, 32)`` floats in [-1, 1] and their captions."""
+    rng = random.Random(seed)
+    drawn = [shapes_world.sample_clip(rng) for _ in range(n)]
+    pixels = np.stack([shapes_world.render_clip(c) for c in drawn])  # (n, T, H, W, 3)
+    videos = torch.from_numpy(pixels).permute(0, 4, 1, 2, 3).float() / 127.5 - 1
+    return videos, [shapes_world.clip_caption(c) for c in drawn]
+
+
+def encode(vae, videos: torch.Tensor) -> torch.Tensor:
+    """The normalised latents the transformer sees: ``(vae.encode(x) - mean) / std``. The
+    pass-through VAE's latents are its 2x2 patches of the pixels (``tests/test_clips.py``
+    checks that ``encode`` gives exactly ``patchify``), so they are made with ``patchify``
+    itself: the VAE would spend about 2 GFLOP per clip on convolutions that add zero."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import patchify
+
+    z = vae.config.z_dim
+    mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1)
+    return (patchify(videos, vae.config.patch_size) - mean) / std
+
+
+def train_wan(parts, latents, captions, seconds, batch, lr, device, log, drop=0.1):
+    tokenizer = parts["tokenizer"]
+    encoded = tokenizer(captions, padding="max_length", max_length=shapes.TOKENS, truncation=True,
+                        return_attention_mask=True, return_tensors="pt")  # fmt: skip
+    empty = tokenizer([""], padding="max_length", max_length=shapes.TOKENS,
+                      return_attention_mask=True, return_tensors="pt")  # fmt: skip
+    modules = [parts["transformer"], parts["text_encoder"]]
+    for m in modules:
+        m.to(device).train()
+    emas = [copy.deepcopy(m).requires_grad_(False).eval() for m in modules]
+    params = [p for m in modules for p in m.parameters()]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-4)
+    transformer, umt5 = modules
+    start, history, step = time.perf_counter(), [], 0
+    while (elapsed := time.perf_counter() - start) < seconds:
+        step += 1
+        for group in optimizer.param_groups:
+            group["lr"] = lr * _factor(elapsed / seconds, step)
+        index = torch.randint(0, len(latents), (batch,))
+        x0 = latents[index].to(device)
+        ids, mask = encoded.input_ids[index], encoded.attention_mask[index]
+        dropped = torch.rand(batch) < drop
+        ids[dropped], mask[dropped] = empty.input_ids, empty.attention_mask
+        ids, mask = ids.to(device), mask.to(device)
+        noise = torch.randn_like(x0)
+        t = torch.sigmoid(torch.randn(batch, device=device))  # logit-normal, as SD3
+        xt = (1 - t.view(-1, 1, 1, 1, 1)) * x0 + t.view(-1, 1, 1, 1, 1) * noise
+        states = umt5(ids, mask).last_hidden_state * mask.unsqueeze(-1)
+        v = transformer(hidden_states=xt, timestep=t * 1000, encoder_hidden_states=states,
+                        return_dict=False)[0]  # fmt: skip
+        loss = torch.nn.functional.mse_loss(v, noise - x0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        ema_update(emas, modules, step)
+        if step % 100 == 0:
+            value = loss.item()
+            history.append((step, round(value, 4)))
+            log(f"wan step {step:5d}  loss {value:.4f}  {time.perf_counter() - start:6.1f} s")
+    log(f"wan: {step} steps in {time.perf_counter() - start:.0f} s")
+    return emas, history, time.perf_counter() - start, step
+
+
+def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: int = clips.STEPS,
+              guidance: float = clips.GUIDANCE) -> float:
+    """The share of ``n`` random prompts (from ``seed``) that the saved pipeline honours."""
+    pipe = clips.clips_pipeline(device=device, path=folder)
+    pipe.set_progress_bar_config(disable=True)
+    rng = random.Random(seed)
+    prompts = [shapes_world.clip_caption(shapes_world.sample_clip(rng)) for _ in range(n)]
+    ok = 0
+    for i in range(0, n, 25):
+        chunk = prompts[i : i + 25]
+        frames = pipe(chunk, negative_prompt=[""] * len(chunk), guidance_scale=guidance,
+                      num_inference_steps=steps, generator=torch.Generator().manual_seed(i),
+                      output_type="np", **clips.CALL).frames  # fmt: skip
+        ok += sum(bool(shapes_world.judge_clip(f, p)) for f, p in zip(frames, chunk, strict=True))
+    return ok / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(__doc__, argv, data="clips", count=8000, batch=8, out=clips.FOLDER)
+    videos, captions = clip_data(args.count, args.seed)
+    earlier = earlier_runs(args.resume)
+    if args.resume is not None:
+        parts = dict(WanPipeline.from_pretrained(args.resume).components)
+        log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
+    else:
+        mean = videos.mean(dim=(0, 2, 3, 4)).tolist()
+        std = videos.std(dim=(0, 2, 3, 4)).tolist()
+        parts = clips.build_components(args.seed, mean, std)
+    latents = encode(parts["vae"], videos)
+    del videos
+    log(f"latents {tuple(latents.shape)}: mean {latents.mean():.3f}, spread {latents.std():.3f}")
+    emas, history, seconds, steps = train_wan(
+        parts, latents, captions, args.minutes * 60, args.batch, args.lr, args.device, log
+    )
+    for name, ema in zip(("transformer", "text_encoder"), emas, strict=True):
+        parts[name] = ema.cpu()
+    untie(parts["text_encoder"])
+    WanPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
+    # guidance_scale (1: none)
+    judge_and_record(args, judge_run, (1.0, 3.0), "clips", seconds, steps, history, earlier)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
