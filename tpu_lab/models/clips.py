@@ -83,19 +83,8 @@ TRANSFORMER_CONFIG: dict[str, Any] = {
     "eps": 1e-6,
     "rope_max_seq_len": 64,
 }
-UMT5_CONFIG: dict[str, Any] = {
-    "d_model": 64,
-    "d_kv": 16,
-    "d_ff": 128,
-    "num_layers": 2,
-    "num_heads": 4,
-    "relative_attention_num_buckets": 8,
-    "relative_attention_max_distance": shapes.TOKENS,
-    "feed_forward_proj": "gated-gelu",
-    "pad_token_id": 0,
-    "eos_token_id": 1,
-    "decoder_start_token_id": 0,
-}
+#: The text encoder: the image model's T5 configuration, as UMT5.
+UMT5_CONFIG = shapes.T5_CONFIG
 SCHEDULER_CONFIG = shapes.SCHEDULER_CONFIG
 
 #: The user-defined tensor-parallel plan of :class:`WanTransformerTP` (see the module's text).
