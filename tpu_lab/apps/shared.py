@@ -139,7 +139,8 @@ _pipe = _tp_demo["compiled" if {mode!r} == "compiled" else "eager"]
 with _running({mode!r}):
     _out = _pipe(**{kwargs!r}, generator=_torch.Generator().manual_seed({seed})).{output}
 if _dist.get_rank() == 0:
-    _np.save({path!r}, _out)
+    from safetensors.numpy import save_file as _save_file
+    _save_file({{"out": _np.ascontiguousarray(_out)}}, {path!r})
 from tpu_lab.apps.shared import held_bytes as _held_bytes
 _held_bytes(_pipe.transformer, {path!r} + f".rank{{_dist.get_rank()}}")
 """
@@ -172,14 +173,14 @@ class FourChips:
         import tempfile
         from pathlib import Path
 
-        import numpy as np
+        from safetensors.numpy import load_file
 
         from ..sharding import cluster as spmd
 
         if self._cluster is None:
             self._files = tempfile.TemporaryDirectory(prefix="tpu_lab_chips_")
             self._cluster = spmd.start(TP_TOPOLOGY)
-        path = str(Path(self._files.name) / f"out-{time.time_ns()}.npy")
+        path = str(Path(self._files.name) / f"out-{time.time_ns()}.safetensors")
         cell = _CELL.format(module=self.module, folder=self.folder, mode=mode, kwargs=kwargs,
                             seed=seed, output=output, path=path)  # fmt: skip
         result = self._cluster.run_cell(cell)
@@ -193,7 +194,7 @@ class FourChips:
             chips={"transformer": [int(Path(f"{path}.rank{r}").read_text())
                                    for r in range(result.ranks)]},
         )  # fmt: skip
-        return np.load(path), report
+        return load_file(path)["out"], report
 
     def close(self) -> None:
         if self._cluster is not None:
