@@ -31,6 +31,7 @@ from .shared import (
     check_chips,
     check_mode,
     chips_input,
+    compiled_twin,
     device_line,
     enlarge,
     measured,
@@ -127,13 +128,7 @@ class PromptDemo:
         if mode != COMPILED.value:
             return self.pipe
         if self._compiled is None:
-            import copy
-
-            transformer = copy.copy(self.pipe.transformer)  # shares the parameters
-            transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
-            self._compiled = type(self.pipe)(**{**self.pipe.components,
-                                                "transformer": transformer})  # fmt: skip
-            self._compiled.set_progress_bar_config(disable=True)
+            self._compiled = compiled_twin(self.pipe)
         return self._compiled
 
     def call_kwargs(self, request: PromptRequest) -> dict:

@@ -129,12 +129,8 @@ if "_tp_demo" not in globals():
     _tp_demo = {{"eager": _tp_pipeline({folder!r})}}
     _tp_demo["eager"].set_progress_bar_config(disable=True)
 if {mode!r} == "compiled" and "compiled" not in _tp_demo:
-    import copy as _copy
-    _eager = _tp_demo["eager"]
-    _transformer = _copy.copy(_eager.transformer)
-    _transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
-    _tp_demo["compiled"] = type(_eager)(**{{**_eager.components, "transformer": _transformer}})
-    _tp_demo["compiled"].set_progress_bar_config(disable=True)
+    from tpu_lab.apps.shared import compiled_twin as _compiled_twin
+    _tp_demo["compiled"] = _compiled_twin(_tp_demo["eager"])
 _pipe = _tp_demo["compiled" if {mode!r} == "compiled" else "eager"]
 with _running({mode!r}):
     _out = _pipe(**{kwargs!r}, generator=_torch.Generator().manual_seed({seed})).{output}
@@ -144,6 +140,18 @@ if _dist.get_rank() == 0:
 from tpu_lab.apps.shared import held_bytes as _held_bytes
 _held_bytes(_pipe.transformer, {path!r} + f".rank{{_dist.get_rank()}}")
 """
+
+
+def compiled_twin(pipe):
+    """A pipeline sharing every component of ``pipe`` but the transformer, a copy (sharing the
+    parameters) compiled the announcement's way; its progress bar off, as the demos' are."""
+    import copy
+
+    transformer = copy.copy(pipe.transformer)
+    transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+    twin = type(pipe)(**{**pipe.components, "transformer": transformer})
+    twin.set_progress_bar_config(disable=True)
+    return twin
 
 
 def held_bytes(module, path: str) -> None:
