@@ -49,15 +49,47 @@ def _run(pipe) -> None:
     out.cpu()  # wait for the device
 
 
+#: Each model's module (its ``FOLDER`` holds the weights).
+MODULES = {"image": shapes, "video": clips}
+
+
+def transformer_class(name: str):
+    """The class that loads each model's transformer for the TP=4 step (Wan with its plan)."""
+    if name == "image":
+        from diffusers import FluxTransformer2DModel
+
+        return FluxTransformer2DModel
+    return clips.WanTransformerTP
+
+
+def step_inputs(name: str, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """One denoising step's inputs for each model's transformer (one image or clip)."""
+    if name == "image":
+        return dict(hidden_states=torch.randn(1, 256, 12, generator=g),
+                    encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
+                    pooled_projections=torch.randn(1, 64, generator=g),
+                    timestep=torch.tensor([0.5]), img_ids=torch.zeros(256, 3),
+                    txt_ids=torch.zeros(16, 3))  # fmt: skip
+    return dict(hidden_states=torch.randn(1, 12, 17, 16, 16, generator=g),
+                encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
+                timestep=torch.tensor([500.0]))  # fmt: skip
+
+
+def _load_step(name: str, **kwargs):
+    """The transformer on "tpu" and its step's inputs (kwargs go to ``from_pretrained``)."""
+    model = transformer_class(name).from_pretrained(MODULES[name].FOLDER, subfolder="transformer",
+                                                    **kwargs).to("tpu")  # fmt: skip
+    inputs = step_inputs(name, torch.Generator().manual_seed(0))
+    return model, {k: v.to("tpu") for k, v in inputs.items()}
+
+
+#: The TP=4 side, run on every rank: this file's own loaders, imported from its folder.
 STEP = """
-import time, torch, torch.distributed as dist
-from diffusers import FluxTransformer2DModel, TensorParallelConfig
-from tpu_lab.models import clips, shapes
-model = {cls}.from_pretrained({module}.FOLDER, subfolder="transformer",
-    parallel_config=TensorParallelConfig(tp_degree=4)).to("tpu")  # Wan's RoPE buffers too
-g = torch.Generator().manual_seed(0)
-inputs = {inputs}
-inputs = {{k: v.to("tpu") for k, v in inputs.items()}}
+import sys, time, torch, torch.distributed as dist
+sys.path.insert(0, {here!r})
+from diffusers import TensorParallelConfig
+from bench_shapes import _load_step
+model, inputs = _load_step({name!r}, parallel_config=TensorParallelConfig(tp_degree=4))
 times = []
 with torch.no_grad():
     for _ in range({repeats} + 1):
@@ -70,43 +102,22 @@ if dist.get_rank() == 0:
     torch.save(times[1:], {out!r})
 """
 
-#: Per model: the transformer class (as the step's source names it), its module, one step's inputs.
-STEPS = {
-    "image": ("FluxTransformer2DModel", "shapes", """dict(
-        hidden_states=torch.randn(1, 256, 12, generator=g),
-        encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
-        pooled_projections=torch.randn(1, 64, generator=g), timestep=torch.tensor([0.5]),
-        img_ids=torch.zeros(256, 3), txt_ids=torch.zeros(16, 3))"""),
-    "video": ("clips.WanTransformerTP", "clips", """dict(
-        hidden_states=torch.randn(1, 12, 17, 16, 16, generator=g),
-        encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
-        timestep=torch.tensor([500.0]))"""),
-}
 
-
-def _tp_step(model_name: str, repeats: int) -> tuple[float, float]:
+def _tp_step(name: str, repeats: int) -> tuple[float, float]:
     """Median seconds of one transformer step (one image or clip): TP=4 on the cluster, TP=1
     here."""
     from tpu_lab.sharding import cluster as spmd
 
-    cls, module, inputs_source = STEPS[model_name]
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "times.pt")
         c = spmd.start("v6e-4")
         try:
-            c.run_cell(STEP.format(cls=cls, module=module, inputs=inputs_source,
+            c.run_cell(STEP.format(here=str(Path(__file__).resolve().parent), name=name,
                                    repeats=repeats, out=out))  # fmt: skip
             tp4 = statistics.median(torch.load(out))
         finally:
             spmd.stop()
-    from diffusers import FluxTransformer2DModel
-
-    names = {"torch": torch, "clips": clips, "shapes": shapes,
-             "FluxTransformer2DModel": FluxTransformer2DModel}  # fmt: skip
-    model = eval(cls, names).from_pretrained(eval(module, names).FOLDER,
-                                             subfolder="transformer").to("tpu")  # fmt: skip
-    g = torch.Generator().manual_seed(0)
-    inputs = {k: v.to("tpu") for k, v in eval(inputs_source, {**names, "g": g}).items()}
+    model, inputs = _load_step(name)
     times = []
     with torch.no_grad():
         for _ in range(repeats + 1):

@@ -22,15 +22,22 @@ At the end the saved pipeline is loaded back with ``WanPipeline.from_pretrained`
 
 from __future__ import annotations
 
-import copy
 import random
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from diffusers import WanPipeline
-from train_shapes import _factor, earlier_runs, ema_update, judge_and_record, log, parse, untie
+from train_shapes import (
+    captions_batch,
+    earlier_runs,
+    judge_and_record,
+    log,
+    noised,
+    parse,
+    train,
+    untie,
+)
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
 from tpu_lab.models import clips, shapes, shapes_world
@@ -64,42 +71,21 @@ def train_wan(parts, latents, captions, seconds, batch, lr, device, log, drop=0.
                         return_attention_mask=True, return_tensors="pt")  # fmt: skip
     empty = tokenizer([""], padding="max_length", max_length=shapes.TOKENS,
                       return_attention_mask=True, return_tensors="pt")  # fmt: skip
-    modules = [parts["transformer"], parts["text_encoder"]]
-    for m in modules:
-        m.to(device).train()
-    emas = [copy.deepcopy(m).requires_grad_(False).eval() for m in modules]
-    params = [p for m in modules for p in m.parameters()]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-4)
-    transformer, umt5 = modules
-    start, history, step = time.perf_counter(), [], 0
-    while (elapsed := time.perf_counter() - start) < seconds:
-        step += 1
-        for group in optimizer.param_groups:
-            group["lr"] = lr * _factor(elapsed / seconds, step)
+    # the ids and the mask side by side, so that a dropped caption loses both
+    rows = torch.cat([encoded.input_ids, encoded.attention_mask], dim=1)
+    empty_row = torch.cat([empty.input_ids, empty.attention_mask], dim=1)
+    transformer, umt5 = modules = [parts["transformer"], parts["text_encoder"]]
+
+    def batch_loss() -> torch.Tensor:
         index = torch.randint(0, len(latents), (batch,))
-        x0 = latents[index].to(device)
-        ids, mask = encoded.input_ids[index], encoded.attention_mask[index]
-        dropped = torch.rand(batch) < drop
-        ids[dropped], mask[dropped] = empty.input_ids, empty.attention_mask
-        ids, mask = ids.to(device), mask.to(device)
-        noise = torch.randn_like(x0)
-        t = torch.sigmoid(torch.randn(batch, device=device))  # logit-normal, as SD3
-        xt = (1 - t.view(-1, 1, 1, 1, 1)) * x0 + t.view(-1, 1, 1, 1, 1) * noise
+        ids, mask = captions_batch(rows, empty_row, index, drop).to(device).split(shapes.TOKENS, 1)
+        xt, t, target = noised(latents[index].to(device))
         states = umt5(ids, mask).last_hidden_state * mask.unsqueeze(-1)
         v = transformer(hidden_states=xt, timestep=t * 1000, encoder_hidden_states=states,
                         return_dict=False)[0]  # fmt: skip
-        loss = torch.nn.functional.mse_loss(v, noise - x0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        ema_update(emas, modules, step)
-        if step % 100 == 0:
-            value = loss.item()
-            history.append((step, round(value, 4)))
-            log(f"wan step {step:5d}  loss {value:.4f}  {time.perf_counter() - start:6.1f} s")
-    log(f"wan: {step} steps in {time.perf_counter() - start:.0f} s")
-    return emas, history, time.perf_counter() - start, step
+        return torch.nn.functional.mse_loss(v, target)
+
+    return train(modules, batch_loss, seconds, lr, device, log, "wan")
 
 
 def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: int = clips.STEPS,

@@ -53,49 +53,22 @@ def _factor(progress: float, step: int, warmup: int = 100) -> float:
     return min(1.0, step / warmup) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def train_flux(parts, latents, captions, seconds, batch, lr, device, log, drop=0.1):
-    tokenizer = parts["tokenizer"]
-    ids = tokenizer(captions, padding="max_length", max_length=shapes.TOKENS, truncation=True,
-                    return_tensors="pt").input_ids  # fmt: skip
-    empty = tokenizer([""], padding="max_length", max_length=shapes.TOKENS,
-                      return_tensors="pt").input_ids  # fmt: skip
-    modules = [parts["transformer"], parts["text_encoder"], parts["text_encoder_2"]]
+def train(modules, batch_loss, seconds, lr, device, log, name):
+    """The loop both training scripts share: ``batch_loss()`` is one batch's loss; AdamW with
+    warm-up and cosine decay over the wall-clock budget, gradients clipped to 1, an exponential
+    moving average of ``modules`` (returned, with the loss every 100 steps, the seconds and the
+    steps)."""
     for m in modules:
         m.to(device).train()
     emas = [copy.deepcopy(m).requires_grad_(False).eval() for m in modules]
     params = [p for m in modules for p in m.parameters()]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-4)
-    _, c, h, w = latents.shape
-    img_ids = FluxPipeline._prepare_latent_image_ids(batch, h // 2, w // 2, device, torch.float32)
-    txt_ids = torch.zeros(shapes.TOKENS, 3, device=device)
-    transformer, clip, t5 = modules
     start, history, step = time.perf_counter(), [], 0
     while (elapsed := time.perf_counter() - start) < seconds:
         step += 1
         for group in optimizer.param_groups:
             group["lr"] = lr * _factor(elapsed / seconds, step)
-        index = torch.randint(0, len(latents), (batch,))
-        x0 = latents[index].to(device)
-        tokens = ids[index]
-        dropped = torch.rand(batch) < drop
-        tokens[dropped] = empty
-        tokens = tokens.to(device)
-        noise = torch.randn_like(x0)
-        t = torch.sigmoid(torch.randn(batch, device=device))  # logit-normal, as SD3
-        xt = (1 - t.view(-1, 1, 1, 1)) * x0 + t.view(-1, 1, 1, 1) * noise
-        pooled = clip(tokens).pooler_output
-        states = t5(tokens)[0]
-        v = transformer(
-            hidden_states=FluxPipeline._pack_latents(xt, batch, c, h, w),
-            timestep=t,
-            pooled_projections=pooled,
-            encoder_hidden_states=states,
-            txt_ids=txt_ids,
-            img_ids=img_ids,
-            return_dict=False,
-        )[0]
-        target = FluxPipeline._pack_latents(noise - x0, batch, c, h, w)
-        loss = torch.nn.functional.mse_loss(v, target)
+        loss = batch_loss()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -104,9 +77,57 @@ def train_flux(parts, latents, captions, seconds, batch, lr, device, log, drop=0
         if step % 100 == 0:
             value = loss.item()
             history.append((step, round(value, 4)))
-            log(f"flux step {step:5d}  loss {value:.4f}  {time.perf_counter() - start:6.1f} s")
-    log(f"flux: {step} steps in {time.perf_counter() - start:.0f} s")
+            log(f"{name} step {step:5d}  loss {value:.4f}  {time.perf_counter() - start:6.1f} s")
+    log(f"{name}: {step} steps in {time.perf_counter() - start:.0f} s")
     return emas, history, time.perf_counter() - start, step
+
+
+def noised(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rectified flow: ``(x_t, t, target)`` with ``x_t = (1 - t) x_0 + t noise``, ``t`` drawn
+    logit-normal (as SD3), and the velocity ``noise - x_0`` the transformer is to predict."""
+    noise = torch.randn_like(x0)
+    t = torch.sigmoid(torch.randn(len(x0), device=x0.device))
+    s = t.view(-1, *[1] * (x0.dim() - 1))
+    return (1 - s) * x0 + s * noise, t, noise - x0
+
+
+def captions_batch(ids: torch.Tensor, empty: torch.Tensor, index: torch.Tensor,
+                   drop: float) -> torch.Tensor:  # fmt: skip
+    """The token ids (or any per-caption rows) of ``index``, a share ``drop`` of them replaced
+    by the empty caption's (what classifier-free guidance needs)."""
+    rows = ids[index]
+    rows[torch.rand(len(index)) < drop] = empty
+    return rows
+
+
+def train_flux(parts, latents, captions, seconds, batch, lr, device, log, drop=0.1):
+    tokenizer = parts["tokenizer"]
+    ids = tokenizer(captions, padding="max_length", max_length=shapes.TOKENS, truncation=True,
+                    return_tensors="pt").input_ids  # fmt: skip
+    empty = tokenizer([""], padding="max_length", max_length=shapes.TOKENS,
+                      return_tensors="pt").input_ids  # fmt: skip
+    transformer, clip, t5 = modules = [parts["transformer"], parts["text_encoder"],
+                                       parts["text_encoder_2"]]  # fmt: skip
+    _, c, h, w = latents.shape
+    img_ids = FluxPipeline._prepare_latent_image_ids(batch, h // 2, w // 2, device, torch.float32)
+    txt_ids = torch.zeros(shapes.TOKENS, 3, device=device)
+
+    def batch_loss() -> torch.Tensor:
+        index = torch.randint(0, len(latents), (batch,))
+        tokens = captions_batch(ids, empty, index, drop).to(device)
+        xt, t, target = noised(latents[index].to(device))
+        v = transformer(
+            hidden_states=FluxPipeline._pack_latents(xt, batch, c, h, w),
+            timestep=t,
+            pooled_projections=clip(tokens).pooler_output,
+            encoder_hidden_states=t5(tokens)[0],
+            txt_ids=txt_ids,
+            img_ids=img_ids,
+            return_dict=False,
+        )[0]
+        return torch.nn.functional.mse_loss(v, FluxPipeline._pack_latents(target, batch, c, h, w))
+
+    return train(modules, batch_loss, seconds, lr, device, log, "flux")
 
 
 def untie(t5) -> None:
@@ -147,9 +168,13 @@ def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path) -> ar
     p.add_argument("--device", default="tpu")
     p.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
     p.add_argument("--out", type=Path, default=out, help=f"pipeline folder (default {out})")
+    p.add_argument("--prompts", type=int, default=100,
+                   help="random prompts the saved pipeline is judged on at the end")  # fmt: skip
     p.add_argument("--resume", type=Path, default=None,
                    help="continue training the pipeline saved in this folder")  # fmt: skip
     args = p.parse_args(argv)
+    if args.prompts < 1:
+        p.error(f"--prompts {args.prompts}: judge at least 1 prompt")
     if args.resume is not None and not (args.resume / "model_index.json").is_file():
         p.error(f"--resume {args.resume}: no model_index.json there (a folder this script wrote)")
     torch.set_num_threads(args.threads)
@@ -177,14 +202,15 @@ def ema_update(emas, modules, step: int) -> None:
 
 def judge_and_record(args, judge, guidances, what: str, seconds: float, steps: int,
                      history, earlier) -> None:  # fmt: skip
-    """Judge the saved pipeline at each guidance (``judge(folder, device, guidance=g)``) and
-    write ``training.json`` beside it: this run, its scores, and the earlier runs."""
+    """Judge the saved pipeline at each guidance (``judge(folder, device, n=..., guidance=g)``:
+    the share of ``--prompts`` random prompts honoured) and write ``training.json`` beside it:
+    this run, its scores, and the earlier runs."""
     scores = {}
     for guidance in guidances:
         start = time.perf_counter()
-        scores[guidance] = judge(args.out, args.device, guidance=guidance)
-        log(f"judge at guidance {guidance}: {scores[guidance]:.2f} of 100 prompts honoured "
-            f"({time.perf_counter() - start:.0f} s)")  # fmt: skip
+        scores[guidance] = judge(args.out, args.device, n=args.prompts, guidance=guidance)
+        log(f"judge at guidance {guidance}: {scores[guidance]:.2f} of {args.prompts} prompts "
+            f"honoured ({time.perf_counter() - start:.0f} s)")  # fmt: skip
     record = {
         "data": f"{args.count} {what} from tpu_lab.models.shapes_world, seed {args.seed}",
         "device": args.device,
@@ -195,7 +221,7 @@ def judge_and_record(args, judge, guidances, what: str, seconds: float, steps: i
         "seed": args.seed,
         "threads": args.threads,
         "seconds": round(seconds, 1),
-        "judge_100_prompts_by_guidance": scores,
+        f"judge_{args.prompts}_prompts_by_guidance": scores,
         "loss": history,
         "torch": torch.__version__,
         "resumed_from": str(args.resume) if args.resume is not None else None,

@@ -1,0 +1,59 @@
+"""The training scripts of the embedded pipelines, run as a user runs them, for a few seconds:
+``scripts/train_shapes.py`` (FluxPipeline) and ``scripts/train_clips.py`` (WanPipeline) train on
+the "tpu" device, save a folder that ``from_pretrained`` loads, judge it, and ``--resume``
+continues from it with every run on record; bad arguments are refused before any work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Per script: its data option and a small count (the default draws thousands).
+SCRIPTS = {"train_shapes.py": ("--scenes", "64"), "train_clips.py": ("--clips", "16")}
+
+
+def _train(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    data, count = SCRIPTS[script]
+    argv = [sys.executable, str(ROOT / "scripts" / script), data, count, "--minutes", "0.05",
+            "--prompts", "2", "--threads", "1", "--out", str(out), *extra]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_trains_saves_judges_and_resumes(script, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    run = _train(script, first)
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads((first / "training.json").read_text())
+    assert record["device"] == "tpu" and record["steps"] > 0 and record["runs"] == []
+    scores = record["judge_2_prompts_by_guidance"]
+    assert scores and all(0.0 <= s <= 1.0 for s in scores.values())
+    assert "judge at guidance" in run.stdout
+
+    run = _train(script, second, "--resume", str(first))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"resuming {first}" in run.stdout
+    again = json.loads((second / "training.json").read_text())
+    assert [r["seconds"] for r in again["runs"]] == [record["seconds"]]
+    assert again["total_seconds"] == pytest.approx(record["seconds"] + again["seconds"], abs=0.2)
+    weights = "transformer/diffusion_pytorch_model.safetensors"
+    before, after = load_file(first / weights), load_file(second / weights)
+    assert before.keys() == after.keys()
+    assert any(not before[k].equal(after[k]) for k in before), "--resume trained nothing"
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_bad_arguments_are_refused_with_the_reason(script, tmp_path):
+    run = _train(script, tmp_path / "out", "--resume", str(tmp_path))
+    assert run.returncode == 2
+    assert "no model_index.json there" in run.stderr
+    run = _train(script, tmp_path / "out", "--prompts", "0")
+    assert run.returncode == 2 and "judge at least 1 prompt" in run.stderr
+    assert not (tmp_path / "out").exists()
