@@ -1,6 +1,7 @@
 """What the browser and server tests share: Debian's chromium driven by Playwright (it cannot
 download a browser here), with the flags CI allows, a folder for screenshots, free local ports,
-and a tpu_lab Gradio app served on 127.0.0.1 for the length of a test."""
+a tpu_lab Gradio app served on 127.0.0.1 for the length of a test, and the gradio_client side:
+a client, a ``/generate`` call, and the frames of a video it returned."""
 
 from __future__ import annotations
 
@@ -57,3 +58,28 @@ def served(app):
                 blocks.close()
                 blocks.demo.close()
             torch._dynamo.reset()
+
+
+def client_of(blocks):
+    """A gradio_client ``Client`` of an app :func:`served` (result files downloaded)."""
+    from gradio_client import Client
+
+    return Client(blocks.local_url, verbose=False, download_files=True)
+
+
+def generate(client, defaults: dict, **changes):
+    """The app's ``/generate`` API called with ``defaults`` (in the app's input order), some of
+    them changed."""
+    return client.predict(*{**defaults, **changes}.values(), api_name="/generate")
+
+
+def video_frames(path) -> tuple[int, tuple[int, int], str]:
+    """The frame count, frame size and codec of the video at ``path`` (or Gradio's
+    ``{"video": path}``)."""
+    import av
+
+    path = path if isinstance(path, str) else path["video"]
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        frames = list(container.decode(stream))
+        return len(frames), (frames[0].width, frames[0].height), stream.codec_context.name

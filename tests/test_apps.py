@@ -15,12 +15,11 @@ import tpu_lab  # noqa: F401  (the "tpu" device)
 
 pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[demo]'")
 pytest.importorskip("gradio_client", reason="gradio_client is missing: pip install 'tpu-lab[demo]'")
-av = pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[video]'")
+pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[video]'")
 
-from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from _browser import served  # noqa: E402
+from _browser import client_of, generate, served, video_frames  # noqa: E402
 from tpu_lab.apps import image as app  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
 from tpu_lab.controls import COMPILED, EAGER, FUSE  # noqa: E402
@@ -39,19 +38,11 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return Client(server.local_url, verbose=False, download_files=True)
+    return client_of(server)
 
 
 def _call(client, **changes):
-    args = {**DEFAULTS, **changes}
-    return client.predict(*args.values(), api_name="/generate")
-
-
-def _frames(path: str) -> tuple[int, tuple[int, int], str]:
-    with av.open(path) as container:
-        stream = container.streams.video[0]
-        frames = list(container.decode(stream))
-        return len(frames), (frames[0].width, frames[0].height), stream.codec_context.name
+    return generate(client, DEFAULTS, **changes)
 
 
 def test_binds_localhost_without_share_link(server):
@@ -67,7 +58,7 @@ def test_generate_returns_image_video_and_events(client):
     assert image.endswith(".png")  # lossless: the pixels as drawn
     with Image.open(image) as picture:
         assert picture.size == ((3 * 8 + 4 * 2) * 8, (8 + 2 * 2) * 8)  # 2 pixels apart
-    count, size, codec = _frames(video if isinstance(video, str) else video["video"])
+    count, size, codec = video_frames(video)
     assert codec == "h264" and count == 5  # one frame per step
     assert size[0] % 2 == 0 and size[1] % 2 == 0 and size[0] > size[1]
     assert report["mode"] == "eager" and report["counts"]["sync"] >= 5

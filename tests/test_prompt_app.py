@@ -10,12 +10,11 @@ import tpu_lab  # noqa: F401  (the "tpu" device)
 
 pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[demo]'")
 pytest.importorskip("gradio_client", reason="gradio_client is missing: pip install 'tpu-lab[demo]'")
-av = pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[video]'")
+pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[video]'")
 
-from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from _browser import served  # noqa: E402
+from _browser import client_of, generate, served, video_frames  # noqa: E402
 from tpu_lab.apps import prompt  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
 from tpu_lab.controls import COMPILED, EAGER  # noqa: E402
@@ -33,18 +32,11 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return Client(server.local_url, verbose=False, download_files=True)
+    return client_of(server)
 
 
 def _call(client, **changes):
-    return client.predict(*{**DEFAULTS, **changes}.values(), api_name="/generate")
-
-
-def _frames(path) -> tuple[int, tuple[int, int]]:
-    path = path if isinstance(path, str) else path["video"]
-    with av.open(path) as container:
-        frames = list(container.decode(container.streams.video[0]))
-    return len(frames), (frames[0].width, frames[0].height)
+    return generate(client, DEFAULTS, **changes)
 
 
 def test_prompt_in_image_video_and_verdict_out(client):
@@ -53,7 +45,7 @@ def test_prompt_in_image_video_and_verdict_out(client):
     picture, video, verdict, html, report = _call(client, steps=5, scale=4)
     with Image.open(picture) as im:
         assert im.size == (32 * 4, 32 * 4)
-    count, size = _frames(video)
+    count, size, _ = video_frames(video)
     assert count == 5 and size[0] > 0  # one frame per step
     assert verdict.startswith("The judge: ")
     assert report["mode"] == "eager" and "Eager: op by op, nothing compiled." in html

@@ -13,10 +13,9 @@ pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[de
 pytest.importorskip("gradio_client", reason="gradio_client is missing: pip install 'tpu-lab[demo]'")
 av = pytest.importorskip("av", reason="PyAV is missing: pip install 'tpu-lab[video]'")
 
-from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from _browser import served  # noqa: E402
+from _browser import client_of, generate, served, video_frames  # noqa: E402
 from tpu_lab.apps import video  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
 from tpu_lab.controls import COMPILED, EAGER  # noqa: E402
@@ -34,23 +33,16 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return Client(server.local_url, verbose=False, download_files=True)
+    return client_of(server)
 
 
 def _call(client, **changes):
-    return client.predict(*{**DEFAULTS, **changes}.values(), api_name="/generate")
-
-
-def _frames(path) -> tuple[int, tuple[int, int]]:
-    path = path if isinstance(path, str) else path["video"]
-    with av.open(path) as container:
-        frames = list(container.decode(container.streams.video[0]))
-    return len(frames), (frames[0].width, frames[0].height)
+    return generate(client, DEFAULTS, **changes)
 
 
 def test_prompt_in_clip_and_verdict_out(client):
     clip, verdict, html, report = _call(client)
-    assert _frames(clip) == (clips.FRAMES, (32 * 4, 32 * 4))
+    assert video_frames(clip) == (clips.FRAMES, (32 * 4, 32 * 4), "h264")
     assert verdict.startswith("The judge: ")
     assert report["mode"] == "eager" and "Eager: op by op, nothing compiled." in html
 
