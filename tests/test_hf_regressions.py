@@ -4,8 +4,8 @@ A device bug they exposed is reduced here to a few lines of torch, first as
 ``xfail(strict=True)`` with the reason, then as a plain test once fixed: ``torch.tpu.Stream``
 was not a ``torch.Stream``, so ``Tensor.record_stream`` refused it (Diffusers' group offloading
 with ``record_stream=True``); ``torch.tpu`` had no ``_initialized``, so gradient checkpointing
-did not replay the device's random draws (fixed); the "tpu" attention kernel choice fails on
-symbolic shapes under ``torch.compile(dynamic=True)`` (open, xfail). Streams and ``record_stream`` need the compiled core (the
+did not replay the device's random draws (fixed); the "tpu" attention kernel choice failed on
+symbolic shapes under ``torch.compile(dynamic=True)`` (fixed). Streams and ``record_stream`` need the compiled core (the
 pure-Python core has neither pinned memory nor a ``record_stream`` kernel). The other tests pin
 down the differences that are *not* device bugs: the bundled device behaves there as TorchTPU
 does, and the suites' outcome follows from that.
@@ -145,27 +145,28 @@ def test_gradient_checkpointing_replays_the_devices_random_draws(use_reentrant):
     assert torch.equal(x.grad.cpu(), plain)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="device bug: the 'tpu' SDPA kernel choice fails on symbolic shapes (both cores)",
-)
 def test_sdpa_traces_with_dynamic_shapes():
     """Dynamo runs every op of the graph on fake tensors; with ``dynamic=True`` their sizes are
-    symbolic. "tpu"'s ``scaled_dot_product_attention`` picks its kernel the CPU's way from the
-    tensors' metadata and fails there: the compiled core calls ``storage_offset()`` on the fake
-    tensor ("Cannot call storage_offset() on tensor with symbolic sizes/strides"), the Python
-    core builds CPU twins with ``empty_strided`` ("SymIntArrayRef expected to contain only
-    concrete integers"). The CPU traces it. (Diffusers' Flux
-    ``TestFluxTransformerCompile::test_compile_on_different_shapes`` fails on "tpu" there,
-    before any backend runs; ``backend="eager"`` keeps TorchTPU's refusal of ``dynamic=True`` by
-    its own backend out of the way.)"""
+    symbolic. "tpu"'s ``scaled_dot_product_attention`` picks its kernel the CPU's way, and once
+    failed there: it asked the CPU with twin tensors of the same metadata, which cannot hold
+    symbolic sizes ("Cannot call storage_offset() on tensor with symbolic sizes/strides" in the
+    compiled core, "SymIntArrayRef expected to contain only concrete integers" in the Python
+    one), so Diffusers' Flux ``TestFluxTransformerCompile::test_compile_on_different_shapes``
+    failed on "tpu" before any backend ran. The CPU's choice now reads the fake tensors
+    themselves: one graph serves both sizes, with the CPU's numbers. (A counting backend, not
+    TorchTPU's, which refuses ``dynamic=True``.)"""
+    from torch._dynamo.testing import CompileCounter
+
     torch._dynamo.reset()
+    counter = CompileCounter()
     f = torch.compile(
         lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
-        backend="eager",
+        backend=counter,
         fullgraph=True,
         dynamic=True,
     )
-    q = torch.randn(1, 2, 8, 16)
-    reference = f(q, q, q)
-    assert torch.equal(f(q.to("tpu"), q.to("tpu"), q.to("tpu")).cpu(), reference)
+    for shape in ((2, 3, 8, 16), (4, 5, 12, 16)):  # distinct sizes, none 1: no specialization
+        q, k, v = (torch.randn(shape) for _ in range(3))
+        reference = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        assert torch.equal(f(q.to("tpu"), k.to("tpu"), v.to("tpu")).cpu(), reference), shape
+    assert counter.frame_count == 1

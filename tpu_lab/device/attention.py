@@ -20,6 +20,7 @@ _FLASH = 1
 _cpu_sdpa = aten.scaled_dot_product_attention.default._op
 _grad_enabled = torch.is_grad_enabled
 _any_autocast = torch._C._is_any_autocast_enabled
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
 def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
@@ -38,22 +39,12 @@ def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
         return aten._fused_sdp_choice.default(
             *twins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
         )
-    # Tracing (FakeTensorMode under torch.compile): ask with empty CPU tensors of the same
-    # metadata, outside the fake mode.
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():
-        twins = [
-            None
-            if t is None
-            else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).requires_grad_(
-                t.requires_grad
-            )
-            for t in tensors
-        ]
-        return aten._fused_sdp_choice.default(
-            *twins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-        )
+    # Tracing (FakeTensorMode under torch.compile): the CPU's kernel of the choice reads only
+    # the metadata, so it runs on the fake tensors themselves, past the fake mode (symbolic
+    # sizes under dynamic=True guard as they do for the CPU's own fake tensors).
+    return aten._fused_sdp_choice.default.redispatch(
+        _CPU_KEYS, q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+    )
 
 
 def _on_payloads(q, k, v, attn_mask, is_causal, scale, enable_gqa):

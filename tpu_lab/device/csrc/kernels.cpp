@@ -566,8 +566,19 @@ at::Tensor metadata_twin(const at::Tensor& t) {
 int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                    const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                    std::optional<double> scale, bool enable_gqa) {
+  const bool has_mask = attn_mask.has_value() && attn_mask->defined();
+  const auto symbolic = [](const at::Tensor& t) {
+    return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+  };
+  if (symbolic(query) || symbolic(key) || symbolic(value) || (has_mask && symbolic(*attn_mask))) {
+    // Tracing with dynamic shapes: no CPU tensor can hold symbolic sizes, so the CPU's choice
+    // reads the fake tensors themselves (it reads only their metadata, guarding on the
+    // symbolic sizes as it does for the CPU's own fake tensors).
+    return at::_ops::_fused_sdp_choice::redispatch(kCpuKeys, query, key, value, attn_mask,
+                                                   dropout_p, is_causal, scale, enable_gqa);
+  }
   std::optional<at::Tensor> mask;
-  if (attn_mask.has_value() && attn_mask->defined()) {
+  if (has_mask) {
     mask = metadata_twin(*attn_mask);
   }
   // straight to the CPU kernel: while tracing, a fake-tensor mode must not see the twins
