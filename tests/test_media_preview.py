@@ -265,3 +265,17 @@ def test_lazy_exports():
     )
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         media.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("save", ["t.shape", "v6e-4"])
+def test_a_save_path_no_preview_takes_fails_before_the_tensor_is_read(in_tmp, save):
+    """Reading a "tpu" tensor for a preview is a sync (an event in the log): a path that no
+    preview could take is refused first, so the refusal changes nothing (found by
+    ``test_magics_fuzz``: ``%tpu preview t --save t.shape``)."""
+    from tpu_lab.events import log
+
+    x = torch.rand(3, 8, 8).to("tpu")
+    before = log.events()[-1].seq if log.events() else 0
+    with pytest.raises(MediaError, match="save="):
+        preview(x, save=save)
+    assert (log.events()[-1].seq if log.events() else 0) == before

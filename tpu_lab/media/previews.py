@@ -118,6 +118,8 @@ def preview(
     as_video = isinstance(save, str | os.PathLike) and Path(os.fspath(save)).suffix.lower() in (
         set(VIDEO_FORMATS) - {".webp"}  # .webp can be either
     )
+    if save is not None:  # a path no preview can take fails before x is read (on "tpu": a sync)
+        resolve_save_path(save, "video" if as_video else "image")
     media = to_media(x, value_range=value_range, layout=layout, video=as_video)
     if save is not None:
         resolve_save_path(save, "video" if media.video else "image")  # fail before encoding
