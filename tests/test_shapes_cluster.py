@@ -10,6 +10,7 @@ One cluster for the module (one process per simulated v6e chip, about 10 s to st
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -68,6 +69,7 @@ def cluster():
         spmd.stop()
 
 
+@functools.cache  # the float32 images serve both dtypes' tests
 def _tp1(dtype) -> torch.Tensor:
     pipe = shapes.shapes_pipeline(dtype=dtype)
     pipe.set_progress_bar_config(disable=True)
