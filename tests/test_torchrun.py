@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ import torch
 
 from tpu_lab.errors import NotSimulatedError
 from tpu_lab.sharding.launch_env import set_tpu_launch_env, topology_for
-from tpu_lab.sharding.torchrun import LAUNCH_ENV
+from tpu_lab.sharding.torchrun import LAUNCH_ENV, _result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,6 +177,35 @@ def test_a_killed_rank_is_reported_and_nothing_is_left(tmp_path):
     assert "rank 2 (pid " in out.stderr and ") killed by SIGKILL" in out.stderr
     assert "ranks 0, 1, 3: stopped by torchrun" in out.stderr
     assert _left_running(marker) == []
+
+
+@pytest.mark.parametrize("stamps", [(5, 5, 5, 5), (4, 5, 5, 5), (5, 6, 5, 6)])
+def test_the_report_names_the_rank_that_died_whatever_torchruns_timestamps(stamps):
+    """CI's case: torchrun stopped rank 0 in the same second as rank 2 died, and its "first
+    failure" (whole-second timestamps, ties to the lowest rank) named rank 0."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    codes = (-signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL, -signal.SIGTERM)
+    failures = {}
+    for rank, (code, stamp) in enumerate(zip(codes, stamps, strict=True)):
+        failures[rank] = ProcessFailure(rank, 100 + rank, code, "/nonexistent")
+        failures[rank].timestamp = stamp
+    report = str(_result(4, "v6e-4", ChildFailedError("script.py", failures)))
+    assert report.splitlines() == [
+        "torchrun: 1 of 4 ranks failed on v6e-4:",
+        "  rank 2 (pid 102) killed by SIGKILL",
+        "  ranks 0, 1, 3: stopped by torchrun",
+    ]
+
+
+def test_when_every_rank_was_terminated_the_first_is_the_one_that_failed():
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    failures = {r: ProcessFailure(r, 100 + r, -signal.SIGTERM, "/nonexistent") for r in range(2)}
+    failures[0].timestamp, failures[1].timestamp = 7, 6  # rank 1 was sent SIGTERM from outside
+    report = str(_result(2, "v5p-2", ChildFailedError("script.py", failures)))
+    assert report.splitlines()[1:] == ["  rank 1 (pid 101) killed by SIGTERM",
+                                       "  rank 0: stopped by torchrun"]  # fmt: skip
 
 
 def test_a_rank_that_raises_is_reported_with_its_error(tmp_path):

@@ -107,14 +107,17 @@ def _how(failure) -> str:
 
 
 def _result(nproc: int, topology: str, error) -> LaunchResult:
-    """The ranks that failed on their own, and those torchrun stopped with SIGTERM after."""
-    first_rank, _ = error.get_first_failure()
-    failed, stopped = [], []
-    for rank, failure in sorted(error.failures.items()):
-        if rank != first_rank and failure.exitcode == -signal.SIGTERM:
-            stopped.append(rank)
-        else:
-            failed.append(f"rank {rank} (pid {failure.pid}) {_how(failure)}")
+    """The ranks that failed on their own, and those torchrun stopped with SIGTERM after.
+
+    A rank killed by SIGTERM counts as stopped unless every failure is a SIGTERM; then the
+    first one failed. torchrun's own "first failure" cannot decide it: its timestamps are
+    whole seconds, so a rank it stopped in the same second ties with the one that died."""
+    failures = sorted(error.failures.items())
+    own = [rank for rank, f in failures if f.exitcode != -signal.SIGTERM]
+    if not own:
+        own = [error.get_first_failure()[0]]
+    failed = [f"rank {rank} (pid {f.pid}) {_how(f)}" for rank, f in failures if rank in own]
+    stopped = [rank for rank, _ in failures if rank not in own]
     return LaunchResult(nproc, topology, 1, tuple(failed), tuple(stopped))
 
 
