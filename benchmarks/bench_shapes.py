@@ -63,15 +63,20 @@ def transformer_class(name: str):
 
 
 def step_inputs(name: str, g: torch.Generator) -> dict[str, torch.Tensor]:
-    """One denoising step's inputs for each model's transformer (one image or clip)."""
+    """One denoising step's inputs for each model's transformer (one 32x32 image or clip),
+    shaped by the models' VAEs and configs."""
     if name == "image":
-        return dict(hidden_states=torch.randn(1, 256, 12, generator=g),
-                    encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
+        # the VAE halves the side at each level but the last; Flux packs 2x2 latents a token
+        side = shapes.CALL["height"] // 2 ** len(shapes.VAE_CONFIG["block_out_channels"])
+        tokens, channels = side * side, shapes.TRANSFORMER_CONFIG["in_channels"]
+        return dict(hidden_states=torch.randn(1, tokens, channels, generator=g),
+                    encoder_hidden_states=torch.randn(1, shapes.TOKENS, 64, generator=g),
                     pooled_projections=torch.randn(1, 64, generator=g),
-                    timestep=torch.tensor([0.5]), img_ids=torch.zeros(256, 3),
-                    txt_ids=torch.zeros(16, 3))  # fmt: skip
-    return dict(hidden_states=torch.randn(1, 12, 17, 16, 16, generator=g),
-                encoder_hidden_states=torch.randn(1, 16, 64, generator=g),
+                    timestep=torch.tensor([0.5]), img_ids=torch.zeros(tokens, 3),
+                    txt_ids=torch.zeros(shapes.TOKENS, 3))  # fmt: skip
+    side = clips.CALL["height"] // clips.VAE_CONFIG["scale_factor_spatial"]
+    return dict(hidden_states=torch.randn(1, clips.Z, clips.FRAMES, side, side, generator=g),
+                encoder_hidden_states=torch.randn(1, shapes.TOKENS, 64, generator=g),
                 timestep=torch.tensor([500.0]))  # fmt: skip
 
 

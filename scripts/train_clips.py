@@ -6,15 +6,21 @@ into the package.
 
 Data: clips of one coloured shape moving, growing or changing colour, drawn and captioned by
 ``tpu_lab.models.shapes_world`` (a fresh set of ``--clips`` clips from ``--seed``), 17 frames of
-32x32 RGB. The VAE is not trained: it is ``clips.pixel_vae`` (2x2-patched pixels in and out),
-whose config takes the pixels' mean and spread per channel as ``latents_mean``/``latents_std``.
-Trained on ``--device``: the ``WanTransformer3DModel`` together with the ``UMT5EncoderModel``,
-from scratch, by rectified flow as ``scripts/train_shapes.py`` trains the image model (the
+32x32 RGB. Trained on ``--device``, from scratch, in two stages:
+
+1. the VAE (``clips.build_vae``: frame by frame, 8x8 latent pixels of 8 channels a frame) for
+   ``--vae-minutes`` on single frames of the clips: L1 + squared error of the reconstruction and
+   a light KL term; its config then takes the latents' mean and spread per channel as
+   ``latents_mean``/``latents_std``, and the run records the share of 100 random clips whose
+   reconstruction the judge passes (what the VAE alone allows);
+2. the ``WanTransformer3DModel`` together with the ``UMT5EncoderModel`` on the clips' latents,
+   by rectified flow as ``scripts/train_shapes.py`` trains the image model (the
 transformer predicts ``noise - x_0`` at ``x_t = (1 - t) x_0 + t noise``, its timestep
 ``1000 t`` as WanPipeline passes it; the text states past each prompt's end are zeroed, as
 WanPipeline does); 10% of captions are empty, which is what ``guidance_scale`` needs. AdamW with
 warm-up and cosine decay over a wall-clock budget; an exponential moving average of the weights
-is saved. ``--resume FOLDER`` continues from a saved pipeline; ``training.json`` lists every run.
+is saved. ``--resume FOLDER`` continues stage 2 from a saved pipeline (its VAE as it is);
+``training.json`` lists every run.
 
 At the end the saved pipeline is loaded back with ``WanPipeline.from_pretrained`` and judged on
 100 random prompts (``shapes_world.judge_clip``).
@@ -36,6 +42,7 @@ from train_shapes import (
     noised,
     parse,
     train,
+    train_vae,
     untie,
 )
 
@@ -52,17 +59,43 @@ def clip_data(n: int, seed: int) -> tuple[torch.Tensor, list[str]]:
     return videos, [shapes_world.clip_caption(c) for c in drawn]
 
 
-def encode(vae, videos: torch.Tensor) -> torch.Tensor:
-    """The normalised latents the transformer sees: ``(vae.encode(x) - mean) / std``. The
-    pass-through VAE's latents are its 2x2 patches of the pixels (``tests/test_clips.py``
-    checks that ``encode`` gives exactly ``patchify``), so they are made with ``patchify``
-    itself: the VAE would spend about 2 GFLOP per clip on convolutions that add zero."""
-    from diffusers.models.autoencoders.autoencoder_kl_wan import patchify
+def frames_of(videos: torch.Tensor) -> torch.Tensor:
+    """Clips ``(n, 3, T, H, W)`` as ``n * T`` one-frame clips ``(n * T, 3, 1, H, W)``."""
+    n, c, t, h, w = videos.shape
+    return videos.transpose(1, 2).reshape(n * t, c, 1, h, w)
 
+
+@torch.no_grad()
+def encode(vae, videos: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """The latents of ``videos`` (the posterior means, frame by frame as the VAE codes them),
+    ``(n, z, T, h, w)``, not yet normalised."""
+    n, _, t = videos.shape[:3]
+    frames = frames_of(videos)
+    z = torch.cat([vae.encode(frames[i : i + chunk]).latent_dist.mode()
+                   for i in range(0, len(frames), chunk)])  # fmt: skip
+    return z.reshape(n, t, z.shape[1], *z.shape[3:]).transpose(1, 2).contiguous()
+
+
+def normalise(vae, latents: torch.Tensor) -> torch.Tensor:
+    """``(latents - latents_mean) / latents_std`` with the statistics of the VAE's config (as
+    WanPipeline undoes them before ``vae.decode``)."""
     z = vae.config.z_dim
     mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1)
     std = torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1)
-    return (patchify(videos, vae.config.patch_size) - mean) / std
+    return (latents - mean) / std
+
+
+@torch.no_grad()
+def judge_reconstructions(vae, n: int = 100, seed: int = 4321) -> float:
+    """The share of ``n`` random clips whose VAE reconstruction the judge passes."""
+    videos, captions = clip_data(n, seed)
+    latents = encode(vae, videos)
+    frames = frames_of(latents)
+    out = torch.cat([vae.decode(frames[i : i + 256]).sample for i in range(0, len(frames), 256)])
+    out = out.reshape(n, -1, out.shape[1], *out.shape[3:]).clamp(-1, 1)  # (n, T, 3, H, W)
+    pixels = ((out.permute(0, 1, 3, 4, 2) + 1) * 127.5).round().to(torch.uint8).numpy()
+    passed = [shapes_world.judge_clip(p, c) for p, c in zip(pixels, captions, strict=True)]
+    return sum(map(bool, passed)) / n
 
 
 def train_wan(parts, latents, captions, seconds, batch, lr, device, log, drop=0.1):
@@ -106,17 +139,27 @@ def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(__doc__, argv, data="clips", count=8000, batch=8, out=clips.FOLDER)
+    args = parse(__doc__, argv, data="clips", count=8000, batch=8, out=clips.FOLDER,
+                 extra=[("--vae-minutes", 15.0, "stage 1: the VAE's training time")])  # fmt: skip
     videos, captions = clip_data(args.count, args.seed)
-    earlier = earlier_runs(args.resume)
+    earlier, vae_run = earlier_runs(args.resume), None
     if args.resume is not None:
         parts = dict(WanPipeline.from_pretrained(args.resume).components)
         log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
+        latents = encode(parts["vae"], videos)
     else:
-        mean = videos.mean(dim=(0, 2, 3, 4)).tolist()
-        std = videos.std(dim=(0, 2, 3, 4)).tolist()
-        parts = clips.build_components(args.seed, mean, std)
-    latents = encode(parts["vae"], videos)
+        parts = clips.build_components(args.seed)
+        vae, history, spent, steps = train_vae(parts["vae"], frames_of(videos),
+                                               args.vae_minutes * 60, args.device)  # fmt: skip
+        latents = encode(vae, videos)
+        vae.register_to_config(latents_mean=latents.mean(dim=(0, 2, 3, 4)).tolist(),
+                               latents_std=latents.std(dim=(0, 2, 3, 4)).tolist())  # fmt: skip
+        parts["vae"] = vae
+        vae_run = {"minutes": args.vae_minutes, "steps": steps, "seconds": round(spent, 1),
+                   "loss": history, "judge_100_reconstructions": judge_reconstructions(vae)}
+        log(f"vae: the judge passes {vae_run['judge_100_reconstructions']:.2f} of 100 clips' "
+            "reconstructions")
+    latents = normalise(parts["vae"], latents)
     del videos
     log(f"latents {tuple(latents.shape)}: mean {latents.mean():.3f}, spread {latents.std():.3f}")
     emas, history, seconds, steps = train_wan(
@@ -127,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     untie(parts["text_encoder"])
     WanPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
     # guidance_scale (1: none)
-    judge_and_record(args, judge_run, (1.0, 3.0), "clips", seconds, steps, history, earlier)
+    judge_and_record(args, judge_run, (1.0, 3.0), "clips", seconds, steps, history, earlier,
+                     {"vae": vae_run} if vae_run is not None else {})  # fmt: skip
     return 0
 
 

@@ -5,17 +5,22 @@ it into the package.
     python scripts/train_shapes.py --minutes 2 --out /tmp/shapes --device cpu
 
 Data: scenes of coloured shapes drawn and captioned by ``tpu_lab.models.shapes_world``
-(a fresh set of ``--scenes`` scenes from ``--seed``), 32x32 RGB. The VAE is not trained: it is
-``shapes.pixel_vae`` (pixels in, pixels out), whose config takes the pixels' mean and spread as
-``shift_factor`` and ``scaling_factor``. Trained on ``--device``: the ``FluxTransformer2DModel``
-together with both text encoders (CLIP pooled, T5 tokens), from scratch, by rectified flow:
+(a fresh set of ``--scenes`` scenes from ``--seed``), 32x32 RGB. Trained on ``--device``, from
+scratch, in two stages:
+
+1. the VAE (``shapes.build_vae``: 8x8 latent pixels of 8 channels an image) for
+   ``--vae-minutes`` (:func:`train_vae`); its config then takes the latents' mean and spread as
+   ``shift_factor`` and ``scaling_factor``, and the run records the share of 100 random scenes
+   whose reconstruction the judge passes (what the VAE alone allows);
+2. the ``FluxTransformer2DModel`` together with both text encoders (CLIP pooled, T5 tokens) on
+   the scenes' latents, by rectified flow:
 ``x_t = (1 - t) x_0 + t noise``, the transformer predicts ``noise - x_0`` (what
 ``FlowMatchEulerDiscreteScheduler`` integrates), ``t`` drawn logit-normal; 10% of captions are
 empty, which is what ``true_cfg_scale`` guidance needs. AdamW with warm-up and cosine decay over
 a wall-clock budget (``--minutes``: the machine is shared, so time, not steps, is what is
 fixed); an exponential moving average of the weights is saved. ``--resume FOLDER`` continues
-from a saved pipeline (its weights, a new warm-up and decay); ``training.json`` then lists every
-run, so the total training time stays on record.
+stage 2 from a saved pipeline (its weights, its VAE as it is, a new warm-up and decay);
+``training.json`` then lists every run, so the total training time stays on record.
 
 At the end the saved pipeline is loaded back with ``FluxPipeline.from_pretrained`` and judged on
 100 random prompts (``shapes_world.judge``); ``training.json`` beside the weights records the run.
@@ -80,6 +85,40 @@ def train(modules, batch_loss, seconds, lr, device, log, name):
             log(f"{name} step {step:5d}  loss {value:.4f}  {time.perf_counter() - start:6.1f} s")
     log(f"{name}: {step} steps in {time.perf_counter() - start:.0f} s")
     return emas, history, time.perf_counter() - start, step
+
+
+def train_vae(vae, images: torch.Tensor, seconds: float, device: str, batch: int = 32,
+              lr: float = 1e-3, kl: float = 1e-5):  # fmt: skip
+    """The first stage of a fresh start: the VAE on random ``images`` (one-frame clips for
+    the video VAE): L1 + squared error of the reconstruction and a light KL term. Returns the
+    average of its weights, the loss history, the seconds and the steps."""
+
+    def batch_loss() -> torch.Tensor:
+        x = images[torch.randint(0, len(images), (batch,))].to(device)
+        posterior = vae.encode(x).latent_dist
+        out = vae.decode(posterior.sample()).sample
+        return (torch.nn.functional.l1_loss(out, x) + torch.nn.functional.mse_loss(out, x)
+                + kl * posterior.kl().mean() / x[0].numel())  # fmt: skip
+
+    (ema,), history, spent, steps = train([vae], batch_loss, seconds, lr, device, log, "vae")
+    return ema.cpu(), history, spent, steps
+
+
+@torch.no_grad()
+def encode(vae, images: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """The VAE's latents of ``images`` (its posterior means), not yet shifted and scaled."""
+    return torch.cat([vae.encode(images[i : i + chunk]).latent_dist.mode()
+                      for i in range(0, len(images), chunk)])  # fmt: skip
+
+
+@torch.no_grad()
+def judge_reconstructions(vae, n: int = 100, seed: int = 4321) -> float:
+    """The share of ``n`` random scenes whose VAE reconstruction the judge passes."""
+    images, captions = scenes(n, seed)
+    out = vae.decode(encode(vae, images)).sample.clamp(-1, 1)
+    pixels = ((out.permute(0, 2, 3, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+    passed = [shapes_world.judge(p, c) for p, c in zip(pixels, captions, strict=True)]
+    return sum(map(bool, passed)) / n
 
 
 def noised(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -156,12 +195,16 @@ def log(line: str) -> None:
     print(line, flush=True)
 
 
-def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path) -> argparse.Namespace:
-    """The training scripts' arguments (``--<data>`` examples to draw, ``--minutes``, ...),
-    with ``--resume`` checked; sets the threads and the seed."""
+def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path,
+          extra=()) -> argparse.Namespace:  # fmt: skip
+    """The training scripts' arguments (``--<data>`` examples to draw, ``--minutes``, ...,
+    and ``extra`` minutes options as ``(flag, default, help)``), with ``--resume`` checked;
+    sets the threads and the seed."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(f"--{data}", type=int, default=count, dest="count")
     p.add_argument("--minutes", type=float, default=40.0, help="training time (wall clock)")
+    for flag, default, text in extra:
+        p.add_argument(flag, type=float, default=default, help=f"{text} (minutes)")
     p.add_argument("--batch", type=int, default=batch)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -200,11 +243,16 @@ def ema_update(emas, modules, step: int) -> None:
                 e.lerp_(p, 1 - decay)
 
 
+def _spent(run: dict) -> float:
+    """A run's training seconds, its VAE's stage included."""
+    return run["seconds"] + (run["vae"]["seconds"] if "vae" in run else 0.0)
+
+
 def judge_and_record(args, judge, guidances, what: str, seconds: float, steps: int,
-                     history, earlier) -> None:  # fmt: skip
+                     history, earlier, extra=None) -> None:  # fmt: skip
     """Judge the saved pipeline at each guidance (``judge(folder, device, n=..., guidance=g)``:
     the share of ``--prompts`` random prompts honoured) and write ``training.json`` beside it:
-    this run, its scores, and the earlier runs."""
+    this run, its scores, ``extra`` entries, and the earlier runs."""
     scores = {}
     for guidance in guidances:
         start = time.perf_counter()
@@ -225,29 +273,38 @@ def judge_and_record(args, judge, guidances, what: str, seconds: float, steps: i
         "loss": history,
         "torch": torch.__version__,
         "resumed_from": str(args.resume) if args.resume is not None else None,
+        **(extra or {}),
         "runs": earlier,
-        "total_seconds": round(seconds + sum(r["seconds"] for r in earlier), 1),
     }
+    record["total_seconds"] = round(sum(_spent(r) for r in (record, *earlier)), 1)
     (args.out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     log(f"saved {args.out} (training {seconds:.0f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(__doc__, argv, data="scenes", count=20000, batch=16, out=shapes.FOLDER)
+    args = parse(__doc__, argv, data="scenes", count=20000, batch=16, out=shapes.FOLDER,
+                 extra=[("--vae-minutes", 15.0, "stage 1: the VAE's training time")])  # fmt: skip
     images, captions = scenes(args.count, args.seed)
-    earlier = earlier_runs(args.resume)
+    earlier, vae_run = earlier_runs(args.resume), None
     if args.resume is not None:
         parts = dict(FluxPipeline.from_pretrained(args.resume).components)
-        shift, scale = parts["vae"].config.shift_factor, parts["vae"].config.scaling_factor
         log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
+        z = encode(parts["vae"], images)
     else:
         parts = shapes.build_components(args.seed)
-        # The VAE passes pixels through (shapes.pixel_vae); like Flux's own VAE its config
-        # carries the latents' shift and scale, here the pixels' mean and 1 / spread.
-        shift, scale = images.mean().item(), 1 / images.std().item()
-        parts["vae"] = shapes.pixel_vae(scale=scale, shift=shift)
-    latents = (images - shift) * scale
-    log(f"pixels as latents {tuple(latents.shape)}: shift {shift:.4f}, scale {scale:.4f}")
+        vae, history, spent, steps = train_vae(parts["vae"], images, args.vae_minutes * 60,
+                                               args.device)  # fmt: skip
+        z = encode(vae, images)
+        # like Flux's own VAE, its config carries the latents' shift and scale
+        vae.register_to_config(shift_factor=z.mean().item(), scaling_factor=1 / z.std().item())
+        parts["vae"] = vae
+        vae_run = {"minutes": args.vae_minutes, "steps": steps, "seconds": round(spent, 1),
+                   "loss": history, "judge_100_reconstructions": judge_reconstructions(vae)}
+        log(f"vae: the judge passes {vae_run['judge_100_reconstructions']:.2f} of 100 scenes' "
+            "reconstructions")
+    vae = parts["vae"]
+    latents = (z - vae.config.shift_factor) * vae.config.scaling_factor
+    log(f"latents {tuple(latents.shape)}: mean {latents.mean():.3f}, spread {latents.std():.3f}")
     emas, history, seconds, steps = train_flux(
         parts, latents, captions, args.minutes * 60, args.batch, args.lr, args.device, log
     )
@@ -256,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     untie(parts["text_encoder_2"])
     FluxPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
     # true_cfg_scale (1: none)
-    judge_and_record(args, judge_run, (1.0, 2.0, 3.0), "scenes", seconds, steps, history, earlier)
+    judge_and_record(args, judge_run, (1.0, 2.0, 3.0), "scenes", seconds, steps, history, earlier,
+                     {"vae": vae_run} if vae_run is not None else {})  # fmt: skip
     return 0
 
 

@@ -2,9 +2,10 @@
 
 - the shipped folder is an ordinary WanPipeline folder loaded offline by ``from_pretrained``;
   its transformer gets the user-defined tensor-parallel plan through ``clips.WanTransformerTP``;
-- the VAE passes pixels through (Wan 2.2's 2x2 patches, nothing learned);
+- the VAE (trained, Wan 2.2's 2x2 patches in, 4x smaller) codes each frame on its own, and its
+  reconstructions set the ceiling of what the judge can pass;
 - the model should honour at least 80% of 100 random prompts (``shapes_world.judge_clip``:
-  colour, shape, background, and the motion); the shipped weights do NOT (1 of 100: an expected
+  colour, shape, background, and the motion); the shipped weights do NOT (19 of 100: an expected
   failure, see the test); frames of 10 clips are kept as
   tests/artifacts/clips_grid.png: look at it;
 - the "tpu" device gives the CPU's clips; the transformer compiled the announcement's way gives
@@ -31,6 +32,8 @@ from tpu_lab.models import clips  # noqa: E402
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 MIN_HONOURED = 0.80
+#: Of 100 random clips, how many the VAE's reconstructions must keep judged right (measured: 88).
+RECONSTRUCTED_MIN = 80
 
 
 def _seed(n: int = 0) -> torch.Generator:
@@ -58,11 +61,11 @@ def test_shipped_folder_is_a_small_wan_pipeline():
     index = json.loads((clips.FOLDER / "model_index.json").read_text())
     assert index["_class_name"] == "WanPipeline"
     assert index["transformer"] == ["diffusers", "WanTransformer3DModel"]
-    assert index["vae"] == ["diffusers", "AutoencoderKLWan"]  # the pass-through one
+    assert index["vae"] == ["diffusers", "AutoencoderKLWan"]
     assert index["text_encoder"] == ["transformers", "UMT5EncoderModel"]
     assert index["scheduler"] == ["diffusers", "FlowMatchEulerDiscreteScheduler"]
     size = sum(f.stat().st_size for f in clips.FOLDER.rglob("*.safetensors"))
-    assert size < 10 * 2**20, size  # 7.3 MB transformer, 1.8 MB VAE (mostly zeros)
+    assert size < 12 * 2**20, size  # 9.3 MB transformer, 1.9 MB VAE, 0.3 MB text encoder
 
 
 def test_loads_offline_and_the_tp_class_adds_only_the_plan(monkeypatch):
@@ -90,18 +93,48 @@ def test_the_plan_shards_every_feed_forward_by_four():
                        if not (p == "net.2" and w == "bias")}  # fmt: skip
 
 
-def test_the_vae_passes_pixels_through():
-    from diffusers.models.autoencoders.autoencoder_kl_wan import patchify
+def _clips(n: int, seed: int = 99) -> tuple[torch.Tensor, list[str]]:
+    """``n`` rendered clips as WanPipeline's VAE takes them, ``(n, 3, T, 32, 32)`` in [-1, 1]."""
+    rng = random.Random(seed)
+    drawn = [world.sample_clip(rng) for _ in range(n)]
+    pixels = np.stack([world.render_clip(c) for c in drawn])
+    return (torch.from_numpy(pixels).permute(0, 4, 1, 2, 3).float() / 127.5 - 1,
+            [world.clip_caption(c) for c in drawn])  # fmt: skip
 
-    vae = clips.pixel_vae(mean=(0.1, -0.2, 0.3), std=(0.5, 0.6, 0.7))
-    x = torch.rand(2, 3, 5, 32, 32) * 2 - 1
+
+def test_the_vae_codes_each_frame_on_its_own(pipe):
+    vae = pipe.vae.to("cpu")
+    x, _ = _clips(2)
+    x = x[:, :, :5]
+    changed = x.clone()
+    changed[:, :, 0] = x[:, :, 0].flip(-1)  # only the first frame differs
     with torch.no_grad():
-        posterior = vae.encode(x).latent_dist
-        decoded = vae.decode(posterior.mean).sample
-    torch.testing.assert_close(posterior.mean, patchify(x, 2), atol=1e-6, rtol=0)
-    assert posterior.std.max() < 1e-6
-    torch.testing.assert_close(decoded, x, atol=1e-6, rtol=0)
-    assert vae.config.latents_mean[:5] == [0.1] * 4 + [-0.2]
+        a, b = (vae.encode(v).latent_dist.mode() for v in (x, changed))
+        alone = vae.encode(x[:, :, 3:4]).latent_dist.mode()
+        decoded = vae.decode(a).sample
+        decoded_alone = vae.decode(a[:, :, 3:4]).sample
+    assert a.shape == (2, clips.Z, 5, 8, 8)  # 4x smaller, every frame kept
+    assert not torch.allclose(a[:, :, 0], b[:, :, 0])
+    torch.testing.assert_close(a[:, :, 1:], b[:, :, 1:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(a[:, :, 3:4], alone, atol=1e-5, rtol=0)
+    torch.testing.assert_close(decoded[:, :, 3:4], decoded_alone, atol=1e-5, rtol=0)
+    pipe.vae.to("tpu")
+
+
+def test_the_vae_reconstructs_what_the_judge_checks(pipe):
+    """The ceiling the VAE sets: its reconstructions of 100 random clips, judged (88 of 100
+    for the shipped VAE; the training script's own 100 clips: 84)."""
+    videos, captions = _clips(100)
+    vae = pipe.vae.to("cpu")
+    with torch.no_grad():
+        out = torch.cat([vae.decode(vae.encode(v).latent_dist.mode()).sample
+                         for v in videos.split(20)])  # fmt: skip
+    pipe.vae.to("tpu")
+    pixels = ((out.clamp(-1, 1).permute(0, 2, 3, 4, 1) + 1) * 127.5).round().to(torch.uint8)
+    passed = sum(bool(world.judge_clip(p.numpy(), c)) for p, c in zip(pixels, captions,
+                                                                      strict=True))  # fmt: skip
+    print(f"judge on the VAE's reconstructions: {passed} of 100")
+    assert passed >= RECONSTRUCTED_MIN
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +150,9 @@ def hundred(pipe):
 
 
 def test_clips_have_the_frames_and_the_colours(hundred):
-    """What the shipped weights (118 minutes of training) do know, measured: the right
+    """What the shipped weights (80 minutes of training) do know, measured: the right
     background at the start on 100 of 100 clips; the requested colour on 12+ pixels of the
-    first frame on only 27."""
+    first frame on 82."""
     prompts, videos = hundred
     assert videos.shape == (100, clips.FRAMES, 32, 32, 3)
     background = colour = 0
@@ -129,13 +162,14 @@ def test_clips_have_the_frames_and_the_colours(hundred):
         index = world.classify(video[0])
         colour += (index == list(world.COLOURS).index(request.objects[0][0])).sum() >= 12
     print(f"background right {background}/100, requested colour present {colour}/100")
-    assert background >= 90 and colour >= 15
+    assert background >= 90 and colour >= 70
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped weights (12,905 steps, 118 minutes on 2 cores) "
-                   "draw the background and noisy blobs, rarely in the asked colour: the judge "
-                   "passes 1 of 100; more training (scripts/train_clips.py --resume) is "
-                   "needed")  # fmt: skip
+@pytest.mark.xfail(strict=True, reason="the shipped weights (a VAE for 18 minutes, then 6,739 "
+                   "transformer steps in 62 minutes on 2 shared cores) draw the asked object "
+                   "and move it, often with the wrong shape or a frame where it fades: the "
+                   "judge passes 19 of 100 (the VAE's own reconstructions 84); more training "
+                   "(scripts/train_clips.py --resume) is needed")  # fmt: skip
 def test_honours_80_percent_of_100_random_prompts(hundred):
     prompts, videos = hundred
     verdicts = [world.judge_clip(v, p) for v, p in zip(videos, prompts, strict=True)]
@@ -168,7 +202,8 @@ def test_tpu_matches_cpu(pipe):
 
 
 def test_guidance_runs_the_empty_prompt_too(pipe):
-    kwargs = {"prompt": _prompts(1), "num_inference_steps": 2, "output_type": "pt", **_call()}
+    kwargs = {"prompt": _prompts(1), "num_inference_steps": 2, "output_type": "pt",
+              **_call(guidance_scale=1.0)}  # fmt: skip
     plain = pipe(generator=_seed(2), **kwargs).frames
     guided = pipe(generator=_seed(2), **{**kwargs, "negative_prompt": "", "guidance_scale": 3.0}
                   ).frames  # fmt: skip
@@ -206,8 +241,8 @@ def test_compiled_transformer_compiles_once_per_size_and_explains_the_recompile(
     _, resized = events(lambda: compiled(generator=_seed(3), **{**kwargs, "height": 48,
                                                                  "width": 48}))  # fmt: skip
     assert [e.kind for e in resized] == ["recompile"]
-    # 32x32 pixels are 16x16 latents (2x2 patches), 4x4 tokens per frame; 48x48 are 24x24, 6x6
-    assert "changed from 16 to 24" in resized[0].summary, resized[0].summary
+    # 32x32 pixels are 8x8 latents, 4x4 tokens (2x2 patches) per frame; 48x48 are 12x12, 6x6
+    assert "changed from 8 to 12" in resized[0].summary, resized[0].summary
 
 
 def test_missing_folder_says_what_to_pass(tmp_path):

@@ -59,8 +59,8 @@ def test_compiled_mode_compiles_once_per_size_and_explains_the_recompile(client)
     _, _, _, html, resized = _call(client, mode=COMPILED.value, size=48)
     assert [e["kind"] for e in resized["events"]] == ["recompile"]
     summary = resized["events"][0]["summary"]
-    assert "changed from 256 to 576" in summary, summary  # 16x16 -> 24x24 tokens
-    assert "changed from 256 to 576" in html
+    assert "changed from 16 to 36" in summary, summary  # 4x4 -> 6x6 tokens
+    assert "changed from 16 to 36" in html
 
 
 def test_four_chips_give_the_one_chip_image_and_say_what_each_held(client):

@@ -3,9 +3,9 @@
 - the judge (``shapes_world.judge``) passes every scene the generator renders, and fails wrong
   captions, so that its score of the model means something;
 - the shipped folder is an ordinary FluxPipeline folder loaded offline by ``from_pretrained``;
-- the model should honour at least 80% of 100 random prompts (grid kept as
-  tests/artifacts/shapes_grid.png: look at it); the shipped weights do NOT yet (32%: an expected
-  failure, see the test), they have learned the backgrounds and the colours, not the shapes;
+- the VAE (trained, 4x smaller) keeps what the judge checks in its reconstructions;
+- the model honours at least 80% of 100 random prompts (grid kept as
+  tests/artifacts/shapes_grid.png: look at it);
 - the "tpu" device gives the CPU's images (float32 and bfloat16); the transformer compiled the
   announcement's way gives the eager images, compiles once per size, and recompiles, explained,
   when the size changes.
@@ -31,6 +31,8 @@ from tpu_lab.models import shapes  # noqa: E402
 ARTIFACTS = Path(__file__).parent / "artifacts"
 #: The issue's bar: the share of 100 random prompts the judge finds honoured.
 MIN_HONOURED = 0.80
+#: Of 100 random scenes, how many the VAE's reconstructions must keep judged right (measured: 91).
+RECONSTRUCTED_MIN = 85
 
 
 def _seed(n: int = 0) -> torch.Generator:
@@ -119,14 +121,14 @@ def test_shipped_folder_is_a_small_flux_pipeline():
     index = json.loads((shapes.FOLDER / "model_index.json").read_text())
     assert index["_class_name"] == "FluxPipeline"
     assert index["transformer"] == ["diffusers", "FluxTransformer2DModel"]
-    assert index["vae"] == ["diffusers", "AutoencoderKL"]  # the pass-through one
+    assert index["vae"] == ["diffusers", "AutoencoderKL"]
     assert index["text_encoder"] == ["transformers", "CLIPTextModel"]
     assert index["text_encoder_2"] == ["transformers", "T5EncoderModel"]
     # transformers 5 saves a PreTrainedTokenizerFast under its new name, TokenizersBackend
     assert index["tokenizer"] == index["tokenizer_2"] == ["transformers", "TokenizersBackend"]
     assert index["scheduler"] == ["diffusers", "FlowMatchEulerDiscreteScheduler"]
     size = sum(f.stat().st_size for f in shapes.FOLDER.rglob("*.safetensors"))
-    assert size < 6 * 2**20, size
+    assert size < 10 * 2**20, size  # 7.3 MB transformer, 0.9 MB VAE, 0.6 MB text encoders
 
 
 def test_loads_offline_through_from_pretrained(monkeypatch):
@@ -151,9 +153,8 @@ def hundred(pipe):
 
 
 def test_it_has_learned_the_backgrounds_and_the_colours(hundred):
-    """What the shipped weights (250 minutes of training) do know, measured at the default
-    guidance: the background of all 100 prompts, and 92 of 100 with every requested colour on
-    12+ pixels."""
+    """Below the judge, measured with the shipped weights at the default guidance: the
+    background of all 100 prompts, and all 100 with every requested colour on 12+ pixels."""
     prompts, images = hundred
     background = colours = 0
     for prompt, image in zip(prompts, images, strict=True):
@@ -163,13 +164,9 @@ def test_it_has_learned_the_backgrounds_and_the_colours(hundred):
         colours += all((index == list(world.COLOURS).index(c)).sum() >= 12
                        for c, _ in request.objects)  # fmt: skip
     print(f"background right {background}/100, requested colours present {colours}/100")
-    assert background >= 90 and colours >= 80
+    assert background >= 95 and colours >= 95
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped weights (28,477 steps, 250 minutes on 2 "
-                   "shared cores) draw the right colours on the right background as blobs, "
-                   "roughly in place, few clean shapes: the judge passes 32 of 100 at guidance "
-                   "2; more training (scripts/train_shapes.py --resume) is needed")  # fmt: skip
 def test_honours_80_percent_of_100_random_prompts(hundred):
     prompts, images = hundred
     verdicts = [world.judge(im, p) for im, p in zip(images, prompts, strict=True)]
@@ -251,21 +248,27 @@ def test_compiled_transformer_compiles_once_per_size_and_explains_the_recompile(
     assert again == []
     _, resized = events(lambda: compiled(generator=_seed(3), height=48, width=48, **kwargs))
     assert [e.kind for e in resized] == ["recompile"]
-    # 32x32 pixels are 16x16 = 256 tokens of packed 2x2 patches; 48x48 are 24x24 = 576
-    assert "changed from 256 to 576" in resized[0].summary, resized[0].summary
+    # 32x32 pixels are 8x8 latents, 16 tokens of packed 2x2 patches; 48x48 are 12x12, 36
+    assert "changed from 16 to 36" in resized[0].summary, resized[0].summary
 
 
-def test_the_vae_passes_pixels_through():
-    vae = shapes.pixel_vae(scale=1.8, shift=-0.5)
-    x = torch.rand(2, 3, 32, 32) * 2 - 1
+def test_the_vae_reconstructs_what_the_judge_checks(pipe):
+    """The ceiling the VAE sets: its reconstructions of 100 random scenes, judged (measured
+    91 of 100 for the shipped VAE); a 32x32 image is 8x8 latent pixels."""
+    rng = random.Random(99)
+    drawn = [world.sample_scene(rng) for _ in range(100)]
+    x = torch.from_numpy(np.stack([world.render(s) for s in drawn])).permute(0, 3, 1, 2)
+    vae = pipe.vae.to("cpu")
     with torch.no_grad():
-        posterior = vae.encode(x).latent_dist
-        z = torch.randn(2, 3, 32, 32) * 3  # latents mid-trajectory reach a few units
-        decoded = vae.decode(z).sample
-    torch.testing.assert_close(posterior.mean, x, atol=1e-6, rtol=0)
-    assert posterior.std.max() < 1e-6
-    torch.testing.assert_close(decoded, z, atol=1e-5, rtol=0)
-    assert vae.config.scaling_factor == 1.8 and vae.config.shift_factor == -0.5
+        z = vae.encode(x.float() / 127.5 - 1).latent_dist.mode()
+        out = vae.decode(z).sample.clamp(-1, 1)
+    pipe.vae.to("tpu")
+    assert z.shape == (100, shapes.VAE_CONFIG["latent_channels"], 8, 8)
+    pixels = ((out.permute(0, 2, 3, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+    passed = sum(bool(world.judge(p, world.caption(s))) for p, s in zip(pixels, drawn,
+                                                                        strict=True))  # fmt: skip
+    print(f"judge on the VAE's reconstructions: {passed} of 100")
+    assert passed >= RECONSTRUCTED_MIN
 
 
 def test_missing_folder_says_what_to_pass(tmp_path):

@@ -15,13 +15,14 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Per script: its data option and a small count (the default draws thousands).
-SCRIPTS = {"train_shapes.py": ("--scenes", "64"), "train_clips.py": ("--clips", "16")}
+#: Per script: its data option and a small count (the default draws thousands), and its VAE's
+#: stage, seconds too.
+SCRIPTS = {"train_shapes.py": ("--scenes", "64", "--vae-minutes", "0.05"),
+           "train_clips.py": ("--clips", "16", "--vae-minutes", "0.05")}  # fmt: skip
 
 
 def _train(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    data, count = SCRIPTS[script]
-    argv = [sys.executable, str(ROOT / "scripts" / script), data, count, "--minutes", "0.05",
+    argv = [sys.executable, str(ROOT / "scripts" / script), *SCRIPTS[script], "--minutes", "0.05",
             "--prompts", "2", "--threads", "1", "--out", str(out), *extra]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT)
 
@@ -36,17 +37,24 @@ def test_trains_saves_judges_and_resumes(script, tmp_path):
     scores = record["judge_2_prompts_by_guidance"]
     assert scores and all(0.0 <= s <= 1.0 for s in scores.values())
     assert "judge at guidance" in run.stdout
+    vae = record["vae"]  # the VAE's stage (fresh starts only)
+    assert vae["steps"] > 0 and 0.0 <= vae["judge_100_reconstructions"] <= 1.0
 
     run = _train(script, second, "--resume", str(first))
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"resuming {first}" in run.stdout
     again = json.loads((second / "training.json").read_text())
     assert [r["seconds"] for r in again["runs"]] == [record["seconds"]]
-    assert again["total_seconds"] == pytest.approx(record["seconds"] + again["seconds"], abs=0.2)
+    assert "vae" not in again  # a resumed run trains the transformer, not the VAE
+    spent = record["seconds"] + vae["seconds"] + again["seconds"]  # the VAE's included
+    assert again["total_seconds"] == pytest.approx(spent, abs=0.2)
     weights = "transformer/diffusion_pytorch_model.safetensors"
     before, after = load_file(first / weights), load_file(second / weights)
     assert before.keys() == after.keys()
     assert any(not before[k].equal(after[k]) for k in before), "--resume trained nothing"
+    weights = "vae/diffusion_pytorch_model.safetensors"
+    before, after = load_file(first / weights), load_file(second / weights)
+    assert all(before[k].equal(after[k]) for k in before)
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))

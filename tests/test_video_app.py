@@ -54,8 +54,8 @@ def test_compiled_mode_compiles_once_per_size_and_explains_the_recompile(client)
     assert again["events"] == []
     _, _, html, resized = _call(client, mode=COMPILED.value, size=48)
     assert [e["kind"] for e in resized["events"]] == ["recompile"]
-    assert "changed from 16 to 24" in resized["events"][0]["summary"]  # latent pixels per side
-    assert "changed from 16 to 24" in html
+    assert "changed from 8 to 12" in resized["events"][0]["summary"]  # latent pixels per side
+    assert "changed from 8 to 12" in html
 
 
 def test_four_chips_split_the_feed_forwards_and_give_the_one_chip_clip(client):

@@ -43,12 +43,12 @@ from .shared import (
     whole,
 )
 
-#: Image sizes offered (pixels per side; Flux needs multiples of 4 here: 2x2 patches of a
-#: VAE with a factor of 2). The model was trained at 32.
+#: Image sizes offered (pixels per side; Flux needs multiples of 8 here: 2x2 patches of a
+#: VAE with a factor of 4). The model was trained at 32.
 SIZES = (32, 48, 64)
 MAX_STEPS = 100
 #: The guidance slider's range (true_cfg_scale; the default is shapes.GUIDANCE, 2): with the
-#: shipped weights the judge passes 22 of 100 prompts at 1, 32 at 2, 35 at 3.
+#: shipped weights the judge passes 81 of 100 prompts at 1, 90 at 2, 84 at 3.
 MAX_GUIDANCE = 4.0
 MAX_SCALE = 16
 EXAMPLE = "a large red circle in the top left on a black background"
