@@ -104,6 +104,14 @@ def test_trainer_on_tpu_through_accelerate_matches_the_cpu(tmp_path, monkeypatch
 @pytest.mark.usefixtures("compiled_core")
 def test_trainer_without_the_setting_says_what_to_set(tmp_path, monkeypatch):
     """What a user meets first, as with TorchTPU: Transformers sends the batches to "tpu" while
-    accelerate leaves the model on the CPU. The error names the fix."""
+    accelerate before 1.16 leaves the model on the CPU; the error names the fix. accelerate 1.16
+    finds the "tpu" device by itself (torch.accelerator), and the Trainer runs there."""
+    import accelerate
+    from packaging.version import Version
+
+    if Version(accelerate.__version__) >= Version("1.16"):
+        losses, where = _trainer_losses(tmp_path, monkeypatch, None)
+        assert where == "tpu" and len(losses) == 8
+        return
     with pytest.raises(RuntimeError, match="ACCELERATE_TORCH_DEVICE=tpu"):
         _trainer_losses(tmp_path, monkeypatch, None)
