@@ -45,6 +45,7 @@ from train_shapes import (
     train_vae,
     untie,
 )
+from train_shapes import encode as encode_images
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
 from tpu_lab.models import clips, shapes, shapes_world
@@ -65,14 +66,11 @@ def frames_of(videos: torch.Tensor) -> torch.Tensor:
     return videos.transpose(1, 2).reshape(n * t, c, 1, h, w)
 
 
-@torch.no_grad()
-def encode(vae, videos: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+def encode(vae, videos: torch.Tensor) -> torch.Tensor:
     """The latents of ``videos`` (the posterior means, frame by frame as the VAE codes them),
     ``(n, z, T, h, w)``, not yet normalised."""
     n, _, t = videos.shape[:3]
-    frames = frames_of(videos)
-    z = torch.cat([vae.encode(frames[i : i + chunk]).latent_dist.mode()
-                   for i in range(0, len(frames), chunk)])  # fmt: skip
+    z = encode_images(vae, frames_of(videos))
     return z.reshape(n, t, z.shape[1], *z.shape[3:]).transpose(1, 2).contiguous()
 
 
@@ -92,8 +90,8 @@ def judge_reconstructions(vae, n: int = 100, seed: int = 4321) -> float:
     latents = encode(vae, videos)
     frames = frames_of(latents)
     out = torch.cat([vae.decode(frames[i : i + 256]).sample for i in range(0, len(frames), 256)])
-    out = out.reshape(n, -1, out.shape[1], *out.shape[3:]).clamp(-1, 1)  # (n, T, 3, H, W)
-    pixels = ((out.permute(0, 1, 3, 4, 2) + 1) * 127.5).round().to(torch.uint8).numpy()
+    out = out.reshape(n, -1, out.shape[1], *out.shape[3:])  # (n, T, 3, H, W)
+    pixels = ((out.permute(0, 1, 3, 4, 2) + 1) / 2).numpy()  # as WanPipeline's "np" output
     passed = [shapes_world.judge_clip(p, c) for p, c in zip(pixels, captions, strict=True)]
     return sum(map(bool, passed)) / n
 

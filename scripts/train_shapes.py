@@ -115,8 +115,8 @@ def encode(vae, images: torch.Tensor, chunk: int = 512) -> torch.Tensor:
 def judge_reconstructions(vae, n: int = 100, seed: int = 4321) -> float:
     """The share of ``n`` random scenes whose VAE reconstruction the judge passes."""
     images, captions = scenes(n, seed)
-    out = vae.decode(encode(vae, images)).sample.clamp(-1, 1)
-    pixels = ((out.permute(0, 2, 3, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+    out = vae.decode(encode(vae, images)).sample
+    pixels = ((out.permute(0, 2, 3, 1) + 1) / 2).numpy()  # as FluxPipeline's "np" output
     passed = [shapes_world.judge(p, c) for p, c in zip(pixels, captions, strict=True)]
     return sum(map(bool, passed)) / n
 
