@@ -20,7 +20,8 @@ transformer predicts ``noise - x_0`` at ``x_t = (1 - t) x_0 + t noise``, its tim
 WanPipeline does); 10% of captions are empty, which is what ``guidance_scale`` needs. AdamW with
 warm-up and cosine decay over a wall-clock budget; an exponential moving average of the weights
 is saved. ``--resume FOLDER`` continues stage 2 from a saved pipeline (its VAE as it is);
-``training.json`` lists every run.
+``training.json`` lists every run. ``--vae-from FOLDER`` skips stage 1: a fresh transformer on
+the VAE saved there.
 
 At the end the saved pipeline is loaded back with ``WanPipeline.from_pretrained`` and judged on
 100 random prompts (``shapes_world.judge_clip``).
@@ -33,14 +34,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from diffusers import WanPipeline
+from diffusers import AutoencoderKLWan, WanPipeline
 from train_shapes import (
     captions_batch,
+    decoder_stage,
     earlier_runs,
     judge_and_record,
     log,
     noised,
     parse,
+    reused_vae,
     train,
     train_vae,
     untie,
@@ -140,10 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(__doc__, argv, data="clips", count=8000, batch=8, out=clips.FOLDER,
                  extra=[("--vae-minutes", 15.0, "stage 1: the VAE's training time")])  # fmt: skip
     videos, captions = clip_data(args.count, args.seed)
-    earlier, vae_run = earlier_runs(args.resume), None
+    earlier, vae_run, decoder_run = earlier_runs(args.resume), None, None
     if args.resume is not None:
         parts = dict(WanPipeline.from_pretrained(args.resume).components)
         log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
+    elif args.vae_from is not None:
+        parts = clips.build_components(args.seed)
+        parts["vae"], vae_run = reused_vae(args.vae_from, AutoencoderKLWan)
+    if args.resume is not None or args.vae_from is not None:
+        parts["vae"], decoder_run = decoder_stage(args, parts["vae"], frames_of(videos),
+                                                  judge_reconstructions)  # fmt: skip
         latents = encode(parts["vae"], videos)
     else:
         parts = clips.build_components(args.seed)
@@ -169,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     WanPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
     # guidance_scale (1: none)
     judge_and_record(args, judge_run, (1.0, 3.0), "clips", seconds, steps, history, earlier,
-                     {"vae": vae_run} if vae_run is not None else {})  # fmt: skip
+                     {"vae": vae_run, "decoder": decoder_run})  # fmt: skip
     return 0
 
 

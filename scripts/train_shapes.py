@@ -21,6 +21,7 @@ a wall-clock budget (``--minutes``: the machine is shared, so time, not steps, i
 fixed); an exponential moving average of the weights is saved. ``--resume FOLDER`` continues
 stage 2 from a saved pipeline (its weights, its VAE as it is, a new warm-up and decay);
 ``training.json`` then lists every run, so the total training time stays on record.
+``--vae-from FOLDER`` skips stage 1 and trains a fresh transformer on the VAE saved there.
 
 At the end the saved pipeline is loaded back with ``FluxPipeline.from_pretrained`` and judged on
 100 random prompts (``shapes_world.judge``); ``training.json`` beside the weights records the run.
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from diffusers import FluxPipeline
+from diffusers import AutoencoderKL, FluxPipeline
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
 from tpu_lab.models import shapes, shapes_world
@@ -102,6 +103,41 @@ def train_vae(vae, images: torch.Tensor, seconds: float, device: str, batch: int
 
     (ema,), history, spent, steps = train([vae], batch_loss, seconds, lr, device, log, "vae")
     return ema.cpu(), history, spent, steps
+
+
+def tune_decoder(vae, images: torch.Tensor, seconds: float, device: str, batch: int = 32,
+                 lr: float = 3e-4):  # fmt: skip
+    """``--decoder-minutes``: a saved VAE's decoder trained further (L1 + squared error) on what
+    its encoder makes of random ``images`` (the posterior means, as the transformer learned
+    them). The encoder is frozen, so the latents the transformer learned stay what they were.
+    Returns the average of the VAE's weights, the loss history, the seconds and the steps."""
+    vae.requires_grad_(False)
+    for part in (vae.decoder, vae.post_quant_conv):
+        if part is not None:
+            part.requires_grad_(True)
+
+    def batch_loss() -> torch.Tensor:
+        x = images[torch.randint(0, len(images), (batch,))].to(device)
+        with torch.no_grad():
+            z = vae.encode(x).latent_dist.mode()
+        out = vae.decode(z).sample
+        return torch.nn.functional.l1_loss(out, x) + torch.nn.functional.mse_loss(out, x)
+
+    (ema,), history, spent, steps = train([vae], batch_loss, seconds, lr, device, log, "decoder")
+    return ema.cpu(), history, spent, steps
+
+
+def decoder_stage(args, vae, images: torch.Tensor, judge) -> tuple:
+    """Run :func:`tune_decoder` when ``--decoder-minutes`` asks for it: the VAE (tuned or not)
+    and the stage's record (None when it did not run), with ``judge(vae)``'s share of
+    reconstructions passed."""
+    if args.decoder_minutes <= 0:
+        return vae, None
+    vae, history, spent, steps = tune_decoder(vae, images, args.decoder_minutes * 60, args.device)
+    run = {"minutes": args.decoder_minutes, "steps": steps, "seconds": round(spent, 1),
+           "loss": history, "judge_100_reconstructions": judge(vae)}  # fmt: skip
+    log(f"decoder: the judge passes {run['judge_100_reconstructions']:.2f} of 100 reconstructions")
+    return vae, run
 
 
 @torch.no_grad()
@@ -205,6 +241,9 @@ def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path,
     p.add_argument("--minutes", type=float, default=40.0, help="training time (wall clock)")
     for flag, default, text in extra:
         p.add_argument(flag, type=float, default=default, help=f"{text} (minutes)")
+    p.add_argument("--decoder-minutes", type=float, default=0.0,
+                   help="with --resume or --vae-from: first train the saved VAE's decoder further "
+                   "(its encoder, and so the latents, unchanged) (minutes)")  # fmt: skip
     p.add_argument("--batch", type=int, default=batch)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -215,11 +254,19 @@ def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path,
                    help="random prompts the saved pipeline is judged on at the end")  # fmt: skip
     p.add_argument("--resume", type=Path, default=None,
                    help="continue training the pipeline saved in this folder")  # fmt: skip
+    p.add_argument("--vae-from", type=Path, default=None,
+                   help="skip stage 1: a fresh transformer on the VAE saved here")  # fmt: skip
     args = p.parse_args(argv)
     if args.prompts < 1:
         p.error(f"--prompts {args.prompts}: judge at least 1 prompt")
-    if args.resume is not None and not (args.resume / "model_index.json").is_file():
-        p.error(f"--resume {args.resume}: no model_index.json there (a folder this script wrote)")
+    if args.resume is not None and args.vae_from is not None:
+        p.error("--resume keeps the saved VAE already: give --resume or --vae-from, not both")
+    if args.decoder_minutes > 0 and args.resume is None and args.vae_from is None:
+        p.error("--decoder-minutes tunes a saved VAE: give --resume or --vae-from (a fresh "
+                "start trains its VAE for --vae-minutes)")  # fmt: skip
+    for flag, folder in (("--resume", args.resume), ("--vae-from", args.vae_from)):
+        if folder is not None and not (folder / "model_index.json").is_file():
+            p.error(f"{flag} {folder}: no model_index.json there (a folder this script wrote)")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     return args
@@ -243,9 +290,23 @@ def ema_update(emas, modules, step: int) -> None:
                 e.lerp_(p, 1 - decay)
 
 
+def reused_vae(folder: Path, cls) -> tuple:
+    """``--vae-from``: the VAE of the pipeline saved in ``folder`` (loaded as ``cls``) and its
+    stage-1 record from that folder's ``training.json``, marked with where it came from (so the
+    new pipeline's ``total_seconds`` counts the VAE's training)."""
+    runs = earlier_runs(folder)
+    stage = next((run["vae"] for run in runs if run.get("vae")), {"seconds": 0.0})
+    tuned = [run["decoder"] for run in runs if run.get("decoder")]
+    if tuned:  # its decoder was trained further (--decoder-minutes): count that too
+        stage = {**stage, "decoder_runs": tuned,
+                 "seconds": stage["seconds"] + sum(t["seconds"] for t in tuned),
+                 "judge_100_reconstructions": tuned[0]["judge_100_reconstructions"]}  # fmt: skip
+    return cls.from_pretrained(folder / "vae"), {**stage, "from": str(folder)}
+
+
 def _spent(run: dict) -> float:
-    """A run's training seconds, its VAE's stage included."""
-    return run["seconds"] + (run["vae"]["seconds"] if "vae" in run else 0.0)
+    """A run's training seconds, its VAE's stages included."""
+    return run["seconds"] + sum(run[k]["seconds"] for k in ("vae", "decoder") if run.get(k))
 
 
 def judge_and_record(args, judge, guidances, what: str, seconds: float, steps: int,
@@ -273,7 +334,7 @@ def judge_and_record(args, judge, guidances, what: str, seconds: float, steps: i
         "loss": history,
         "torch": torch.__version__,
         "resumed_from": str(args.resume) if args.resume is not None else None,
-        **(extra or {}),
+        **{k: v for k, v in (extra or {}).items() if v is not None},
         "runs": earlier,
     }
     record["total_seconds"] = round(sum(_spent(r) for r in (record, *earlier)), 1)
@@ -285,10 +346,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(__doc__, argv, data="scenes", count=20000, batch=16, out=shapes.FOLDER,
                  extra=[("--vae-minutes", 15.0, "stage 1: the VAE's training time")])  # fmt: skip
     images, captions = scenes(args.count, args.seed)
-    earlier, vae_run = earlier_runs(args.resume), None
+    earlier, vae_run, decoder_run = earlier_runs(args.resume), None, None
     if args.resume is not None:
         parts = dict(FluxPipeline.from_pretrained(args.resume).components)
         log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
+    elif args.vae_from is not None:
+        parts = shapes.build_components(args.seed)
+        parts["vae"], vae_run = reused_vae(args.vae_from, AutoencoderKL)
+    if args.resume is not None or args.vae_from is not None:
+        parts["vae"], decoder_run = decoder_stage(args, parts["vae"], images,
+                                                  judge_reconstructions)  # fmt: skip
         z = encode(parts["vae"], images)
     else:
         parts = shapes.build_components(args.seed)
@@ -314,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     FluxPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
     # true_cfg_scale (1: none)
     judge_and_record(args, judge_run, (1.0, 2.0, 3.0), "scenes", seconds, steps, history, earlier,
-                     {"vae": vae_run} if vae_run is not None else {})  # fmt: skip
+                     {"vae": vae_run, "decoder": decoder_run})  # fmt: skip
     return 0
 
 

@@ -1,7 +1,9 @@
 """The training scripts of the embedded pipelines, run as a user runs them, for a few seconds:
 ``scripts/train_shapes.py`` (FluxPipeline) and ``scripts/train_clips.py`` (WanPipeline) train on
 the "tpu" device, save a folder that ``from_pretrained`` loads, judge it, and ``--resume``
-continues from it with every run on record; bad arguments are refused before any work."""
+continues from it with every run on record; ``--vae-from`` starts a fresh transformer on a saved
+VAE and ``--decoder-minutes`` trains that VAE's decoder further without touching its encoder;
+bad arguments are refused before any work."""
 
 from __future__ import annotations
 
@@ -57,6 +59,34 @@ def test_trains_saves_judges_and_resumes(script, tmp_path):
     assert all(before[k].equal(after[k]) for k in before)
 
 
+def _encoder_and_decoder(folder: Path) -> tuple[dict, dict]:
+    weights = load_file(folder / "vae" / "diffusion_pytorch_model.safetensors")
+    decoder = {k: v for k, v in weights.items() if k.startswith(("decoder.", "post_quant_conv."))}
+    return {k: v for k, v in weights.items() if k not in decoder}, decoder
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_a_fresh_transformer_on_a_saved_vae_with_its_decoder_tuned(script, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert _train(script, first).returncode == 0
+    record = json.loads((first / "training.json").read_text())
+
+    run = _train(script, second, "--vae-from", str(first), "--decoder-minutes", "0.05")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "decoder: the judge passes" in run.stdout
+    again = json.loads((second / "training.json").read_text())
+    assert again["runs"] == []  # a fresh transformer: no earlier transformer runs
+    assert again["vae"]["from"] == str(first) and again["vae"]["steps"] == record["vae"]["steps"]
+    tuned = again["decoder"]
+    assert tuned["steps"] > 0 and 0.0 <= tuned["judge_100_reconstructions"] <= 1.0
+    spent = again["seconds"] + record["vae"]["seconds"] + tuned["seconds"]
+    assert again["total_seconds"] == pytest.approx(spent, abs=0.2)
+    (encoder, decoder), (encoder2, decoder2) = map(_encoder_and_decoder, (first, second))
+    assert encoder.keys() == encoder2.keys() and decoder.keys() == decoder2.keys()
+    assert all(encoder[k].equal(encoder2[k]) for k in encoder), "the encoder moved"
+    assert any(not decoder[k].equal(decoder2[k]) for k in decoder), "the decoder did not train"
+
+
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_bad_arguments_are_refused_with_the_reason(script, tmp_path):
     run = _train(script, tmp_path / "out", "--resume", str(tmp_path))
@@ -64,4 +94,8 @@ def test_bad_arguments_are_refused_with_the_reason(script, tmp_path):
     assert "no model_index.json there" in run.stderr
     run = _train(script, tmp_path / "out", "--prompts", "0")
     assert run.returncode == 2 and "judge at least 1 prompt" in run.stderr
+    run = _train(script, tmp_path / "out", "--resume", str(tmp_path), "--vae-from", str(tmp_path))
+    assert run.returncode == 2 and "not both" in run.stderr
+    run = _train(script, tmp_path / "out", "--decoder-minutes", "1")
+    assert run.returncode == 2 and "give --resume or --vae-from" in run.stderr
     assert not (tmp_path / "out").exists()
