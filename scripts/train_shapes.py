@@ -296,11 +296,11 @@ def reused_vae(folder: Path, cls) -> tuple:
     new pipeline's ``total_seconds`` counts the VAE's training)."""
     runs = earlier_runs(folder)
     stage = next((run["vae"] for run in runs if run.get("vae")), {"seconds": 0.0})
-    tuned = [run["decoder"] for run in runs if run.get("decoder")]
+    tuned = [run["decoder"] for run in runs if run.get("decoder")]  # oldest first
     if tuned:  # its decoder was trained further (--decoder-minutes): count that too
         stage = {**stage, "decoder_runs": tuned,
                  "seconds": stage["seconds"] + sum(t["seconds"] for t in tuned),
-                 "judge_100_reconstructions": tuned[0]["judge_100_reconstructions"]}  # fmt: skip
+                 "judge_100_reconstructions": tuned[-1]["judge_100_reconstructions"]}  # fmt: skip
     return cls.from_pretrained(folder / "vae"), {**stage, "from": str(folder)}
 
 
