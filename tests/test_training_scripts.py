@@ -99,3 +99,30 @@ def test_bad_arguments_are_refused_with_the_reason(script, tmp_path):
     run = _train(script, tmp_path / "out", "--decoder-minutes", "1")
     assert run.returncode == 2 and "give --resume or --vae-from" in run.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_vae_from_a_folder_tuned_twice_counts_both_tunings_and_keeps_the_latest_score(tmp_path):
+    """``reused_vae`` on a folder whose decoder ``--decoder-minutes`` trained twice (two runs in
+    its ``training.json``, the oldest listed first): every stage's seconds are counted and the
+    reconstruction score is the latest tuning's, the one the saved decoder has."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from train_shapes import reused_vae
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    from diffusers import AutoencoderKL
+
+    from tpu_lab.models import shapes
+
+    shapes.build_vae().save_pretrained(tmp_path / "vae")
+    first = {"seconds": 30.0, "vae": {"seconds": 100.0, "steps": 7, "judge_100_reconstructions": 0.8},
+             "decoder": {"seconds": 20.0, "steps": 3, "judge_100_reconstructions": 0.85}}  # fmt: skip
+    latest = {"seconds": 60.0, "decoder": {"seconds": 40.0, "steps": 5,
+                                           "judge_100_reconstructions": 0.9}, "runs": [first]}  # fmt: skip
+    (tmp_path / "training.json").write_text(json.dumps(latest))
+    vae, stage = reused_vae(tmp_path, AutoencoderKL)
+    assert isinstance(vae, AutoencoderKL)
+    assert stage["judge_100_reconstructions"] == 0.9
+    assert stage["seconds"] == 100.0 + 20.0 + 40.0 and stage["steps"] == 7
+    assert [t["seconds"] for t in stage["decoder_runs"]] == [20.0, 40.0]
+    assert stage["from"] == str(tmp_path)
