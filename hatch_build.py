@@ -43,7 +43,12 @@ class CoreBuildHook(BuildHookInterface):
         except RuntimeError as exc:
             self.app.display_warning(f"tpu_lab: {exc}")
             return
-        self.app.display_info(f"tpu_lab: built the compiled device core in {seconds:.0f} s")
+        if seconds is None:
+            self.app.display_info(
+                f"tpu_lab: the compiled device core is up to date (built {core.built_by()})"
+            )
+        else:
+            self.app.display_info(f"tpu_lab: built the compiled device core in {seconds:.0f} s")
         if version != "editable":  # a wheel carries the library; an editable install reads it
             for built in core.artifacts():
                 build_data["force_include"][str(built)] = (

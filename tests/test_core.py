@@ -36,6 +36,17 @@ def test_changed_sources_need_a_rebuild(monkeypatch):
     assert core.status() == (False, "built from older sources (run: tpu-lab build-core)")
 
 
+def test_rebuilding_an_up_to_date_core_keeps_its_build_record():
+    built, _ = core.status()
+    if not built:
+        pytest.skip("the compiled core is not built here")
+    if core.build() is not None:  # this interpreter's command line differed: it did compile
+        assert core.built_by().startswith("by tpu-lab build-core in ")
+    record = core.built_by()
+    assert core.build() is None  # ninja found nothing to do: the record says how it was built
+    assert core.built_by() == record and core.status()[0]
+
+
 def test_doctor_says_which_core_runs():
     rows = dict(diagnose().rows)
     assert rows["device core"] == f"{device.CORE.name} ({device.CORE.reason})"

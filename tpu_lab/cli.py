@@ -87,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:
             print(f"tpu-lab build-core: {exc}", file=sys.stderr)
             return 1
-        print(f"Built the compiled device core in {seconds:.0f} s: {core.build_dir()}")
+        if seconds is None:
+            print(f"The compiled device core was already up to date (built {core.built_by()}): "
+                  f"{core.build_dir()}")  # fmt: skip
+        else:
+            print(f"Built the compiled device core in {seconds:.0f} s: {core.build_dir()}")
         return 0
     if args.command == "tour":
         from .tour import run

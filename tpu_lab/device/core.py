@@ -100,12 +100,14 @@ load({name!r}, sources={sources!r}, build_directory={directory!r}, extra_cflags=
 """
 
 
-def build(verbose: bool = False, how: str = "tpu-lab build-core") -> float:
+def build(verbose: bool = False, how: str = "tpu-lab build-core") -> float | None:
     """Compile the core (in a child process: loading it registers the device). Returns the
-    seconds it took (recorded, with ``how``, for ``tpu-lab doctor``); raises ``RuntimeError``
-    with the compiler's output when it fails."""
+    seconds it took (recorded, with ``how``, for ``tpu-lab doctor``), or ``None`` when the
+    library was already up to date (ninja relinked nothing: the earlier record stays); raises
+    ``RuntimeError`` with the compiler's output when it fails."""
     directory = build_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    before = _library().stat().st_mtime_ns if _library().exists() else None
     script = _BUILD_SCRIPT.format(
         name=_NAME,
         sources=[str(_HERE / "csrc" / s) for s in _SOURCES],
@@ -132,6 +134,8 @@ def build(verbose: bool = False, how: str = "tpu-lab build-core") -> float:
         )
     seconds = time.perf_counter() - start
     _stamp().write_text(_fingerprint())
+    if before == _library().stat().st_mtime_ns and _record().exists():
+        return None
     _record().write_text(json.dumps({"how": how, "seconds": round(seconds, 1)}) + "\n")
     return seconds
 
