@@ -44,6 +44,7 @@ from train_shapes import (
     noised,
     parse,
     reused_vae,
+    save,
     train,
     train_vae,
     untie,
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, ema in zip(("transformer", "text_encoder"), emas, strict=True):
         parts[name] = ema.cpu()
     untie(parts["text_encoder"])
-    WanPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
+    save(WanPipeline(**parts), args.out)
     # guidance_scale (1: none)
     judge_and_record(args, judge_run, (1.0, 3.0), "clips", seconds, steps, history, earlier,
                      {"vae": vae_run, "decoder": decoder_run})  # fmt: skip

@@ -213,6 +213,17 @@ def untie(t5) -> None:
     t5.shared = t5.encoder.embed_tokens
 
 
+def save(pipeline, out: Path) -> None:
+    """``save_pretrained`` the pipeline into ``out``, without the ``_name_or_path`` that a
+    component loaded by ``from_pretrained`` (``--resume``, ``--vae-from``) carries in its
+    config: the folder it came from on the training machine, which means nothing to a user."""
+    pipeline.save_pretrained(out, safe_serialization=True)
+    for config in Path(out).glob("*/config.json"):
+        settings = json.loads(config.read_text())
+        if settings.pop("_name_or_path", None) is not None:
+            config.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
 def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: int = shapes.STEPS,
               guidance: float = shapes.GUIDANCE) -> float:
     """The share of ``n`` random prompts (from ``seed``) that the saved pipeline honours."""
@@ -378,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, ema in zip(("transformer", "text_encoder", "text_encoder_2"), emas, strict=True):
         parts[name] = ema.cpu()
     untie(parts["text_encoder_2"])
-    FluxPipeline(**parts).save_pretrained(args.out, safe_serialization=True)
+    save(FluxPipeline(**parts), args.out)
     # true_cfg_scale (1: none)
     judge_and_record(args, judge_run, (1.0, 2.0, 3.0), "scenes", seconds, steps, history, earlier,
                      {"vae": vae_run, "decoder": decoder_run})  # fmt: skip

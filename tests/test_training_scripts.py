@@ -57,6 +57,8 @@ def test_trains_saves_judges_and_resumes(script, tmp_path):
     weights = "vae/diffusion_pytorch_model.safetensors"
     before, after = load_file(first / weights), load_file(second / weights)
     assert all(before[k].equal(after[k]) for k in before)
+    for config in second.glob("*/config.json"):  # nothing of the training machine's folders
+        assert "_name_or_path" not in json.loads(config.read_text()), config
 
 
 def _encoder_and_decoder(folder: Path) -> tuple[dict, dict]:
