@@ -126,8 +126,9 @@ tokenizer, an `AutoencoderKLWan` trained here (Wan 2.2's `patch_size=2`, two lev
 WanPipeline's `guidance_scale` (`clips.GUIDANCE`, 3). It is the weaker of the two: objects move,
 grow and change colour the asked way, but the judge passes 54 of 100 random prompts (objects
 move too little, shapes drift between circle and square, colours flicker). `clips.CALL` holds
-its size, prompt length and frame count: asking WanPipeline for 16 frames gives 17 (it rounds to `k × t + 1` for the VAE's
-temporal factor `t`, which is 1 here, and logs a warning that it did: silenced above)."""),
+its size, prompt length and frame count: asking WanPipeline for 16 frames gives 17 (it rounds
+to `k × t + 1` for the VAE's temporal factor `t`, which is 1 here, and logs a warning that it
+did: silenced above)."""),
     ("code", """from tpu_lab.models import clips
 
 video = clips.clips_pipeline(device="tpu")
