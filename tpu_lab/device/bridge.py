@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fuse, hooks
+from . import fuse, hooks, modes
 
 _native = None
 #: The recorder set while the eager mode is DEFER_AND_FUSE (``fuse.CACHE.record``), else None.
@@ -25,6 +25,7 @@ def use_native(native) -> None:
     _native = native
     native.set_notifier(_notify)
     native.op_cache_dot_ops(sorted(fuse.DOT_OPS))
+    fuse.count_native_ops(native)
     configure_op_cache()
 
 
@@ -81,14 +82,25 @@ def configure_op_cache() -> None:
     ``DEFER_AND_FUSE`` records), cache-only mode, the matmul precision and
     ``allow_excess_precision`` (part of every key). Called whenever one of them changes."""
     if _native is not None:
-        from .modes import allow_excess_precision, current_precision
-
         _native.op_cache_configure(
             recorder is None,
             fuse.CACHE.cache_only,
-            int(current_precision()),
-            allow_excess_precision(),
+            int(modes.current_precision()),
+            modes.allow_excess_precision(),
         )
+
+
+def switch_recording(mode: modes.EagerMode) -> None:
+    """DEFER_AND_FUSE records ops for the compile cache; leaving it ends the pending graph."""
+    if mode is modes.EagerMode.DEFER_AND_FUSE:
+        set_recorder(fuse.CACHE.record)
+    elif recorder is not None:
+        fuse.CACHE.flush("eager mode change")
+        set_recorder(None)
+
+
+modes.PRECISION_LISTENERS.append(configure_op_cache)
+modes.EAGER_MODE_LISTENERS.append(switch_recording)
 
 
 def has_payload(x) -> bool:

@@ -235,12 +235,18 @@ def _entry_stats(reads: int, last_read: float) -> EntryStats:
     return EntryStats(datetime.timedelta(0), datetime.datetime.fromtimestamp(last_read), reads)
 
 
-def _op_caches() -> list:
-    """Where single ops are counted: :data:`OPS`, and the compiled core where it runs."""
-    from . import bridge
+#: Where single ops are counted: :data:`OPS`, and the compiled core where it runs
+#: (:func:`count_native_ops`).
+_OP_CACHES: list = []
 
-    native = bridge.native()
-    return [OPS] if native is None else [OPS, _NativeOps(native)]
+
+def _op_caches() -> list:
+    return [OPS, *_OP_CACHES]
+
+
+def count_native_ops(native) -> None:
+    """The compiled core runs this process: its single-op counts join :data:`OPS`'."""
+    _OP_CACHES[:] = [_NativeOps(native)]
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ def put_eager_mode(mode) -> None:
     _refuse_inside_compile()
     with SETTINGS.lock:
         old, SETTINGS.eager_mode = SETTINGS.eager_mode, mode
-    _switch_recording(mode)
+    for listener in EAGER_MODE_LISTENERS:
+        listener(mode)
     if old is not mode:
         hooks.emit("mode_change", old=old, new=mode)
 
@@ -115,11 +116,17 @@ def precision(mode: Precision):
         _precision_changed()
 
 
+#: Called with no arguments after the precision or excess precision changes, and with the new
+#: mode after the eager mode is put: ``bridge`` registers the core's side of both (it imports
+#: this module; this one imports no other device module but ``hooks``).
+PRECISION_LISTENERS: list = []
+EAGER_MODE_LISTENERS: list = []
+
+
 def _precision_changed() -> None:
     """Precision and excess precision are part of every compiled op's key: tell the core."""
-    from .bridge import configure_op_cache
-
-    configure_op_cache()
+    for listener in PRECISION_LISTENERS:
+        listener()
 
 
 #: Environment variable: ``tpu`` turns the TPU numerics emulation on at start (read once);
@@ -209,14 +216,3 @@ def _refuse_inside_compile() -> None:
 
     if torch.compiler.is_compiling():
         raise RuntimeError("A compiled graph cannot select how to dispatch eager ops.")
-
-
-def _switch_recording(mode: EagerMode) -> None:
-    """DEFER_AND_FUSE records ops for the compile cache; leaving it ends the pending graph."""
-    from . import bridge, fuse
-
-    if mode is EagerMode.DEFER_AND_FUSE:
-        bridge.set_recorder(fuse.CACHE.record)
-    elif bridge.recorder is not None:
-        fuse.CACHE.flush("eager mode change")
-        bridge.set_recorder(None)
