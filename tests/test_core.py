@@ -102,3 +102,40 @@ def test_pip_install_skips_the_core_when_asked(monkeypatch):
     build_data = {"force_include": {}}
     hook.initialize("standard", build_data)
     assert build_data == {"force_include": {}} and app.said == []
+
+
+def _device_imports() -> dict[str, set[str]]:
+    """Which modules of ``tpu_lab.device`` each of them imports, at the top or in a function."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(device.__file__).parent
+    graph = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                found |= {node.module.split(".")[0]} if node.module else {
+                    a.name for a in node.names}  # fmt: skip
+        graph[path.stem] = found & {p.stem for p in folder.glob("*.py")}
+    return graph
+
+
+def test_the_device_modules_import_each_other_without_a_cycle():
+    graph, done, path = _device_imports(), set(), []
+
+    def visit(name):
+        if name in path:
+            cycle = [*path[path.index(name) :], name]
+            pytest.fail(f"tpu_lab.device has an import cycle: {' -> '.join(cycle)}")
+        if name in done:
+            return
+        path.append(name)
+        for imported in sorted(graph[name]):
+            visit(imported)
+        path.pop()
+        done.add(name)
+
+    assert {"bridge", "modes", "fuse"} <= graph.keys() and "modes" in graph["bridge"]
+    for name in sorted(graph):
+        visit(name)
