@@ -109,15 +109,16 @@ def _device_imports() -> dict[str, set[str]]:
     import ast
     from pathlib import Path
 
-    folder = Path(device.__file__).parent
-    graph = {}
-    for path in folder.glob("*.py"):
+    paths = list(Path(device.__file__).parent.glob("*.py"))
+    names, graph = {p.stem for p in paths}, {}
+    for path in paths:
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 1:
-                found |= {node.module.split(".")[0]} if node.module else {
-                    a.name for a in node.names}  # fmt: skip
-        graph[path.stem] = found & {p.stem for p in folder.glob("*.py")}
+                found |= (
+                    {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+                )
+        graph[path.stem] = found & names
     return graph
 
 
