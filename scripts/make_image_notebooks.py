@@ -123,9 +123,10 @@ way on clips of one shape moving, growing or turning into another colour
 (`scripts/train_clips.py`): `WanTransformer3DModel`, `UMT5EncoderModel` with the same word-level
 tokenizer, an `AutoencoderKLWan` trained here (Wan 2.2's `patch_size=2`, two levels: a frame is
 8×8 latent pixels, each frame coded on its own), and the same scheduler. Its guidance is
-WanPipeline's `guidance_scale` (`clips.GUIDANCE`, 3). It is the weaker of the two: objects move,
-grow and change colour the asked way, but the judge passes 54 of 100 random prompts (objects
-move too little, shapes drift between circle and square, colours flicker). `clips.CALL` holds
+WanPipeline's `guidance_scale` (`clips.GUIDANCE`, 3). It is the weaker of the two: objects grow,
+change colour and move along the asked axis, but it ignores the direction word (which way an
+object moves is its noise's choice: same noise, "left" or "right", same clip), shapes drift
+between circle and square, colours flicker, and the judge passes 54 of 100. `clips.CALL` holds
 its size, prompt length and frame count: asking WanPipeline for 16 frames gives 17 (it rounds
 to `k × t + 1` for the VAE's temporal factor `t`, which is 1 here, and logs a warning that it
 did: silenced above)."""),

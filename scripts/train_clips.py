@@ -20,7 +20,8 @@ transformer predicts ``noise - x_0`` at ``x_t = (1 - t) x_0 + t noise``, its tim
 WanPipeline does); 10% of captions are empty, which is what ``guidance_scale`` needs. AdamW with
 warm-up and cosine decay over a wall-clock budget; an exponential moving average of the weights
 is saved. ``--resume FOLDER`` continues stage 2 from a saved pipeline (its VAE as it is);
-``training.json`` lists every run. ``--vae-from FOLDER`` skips stage 1: a fresh transformer on
+``training.json`` lists every run; ``--fresh-text-encoder`` starts the text encoder afresh
+with it. ``--vae-from FOLDER`` skips stage 1: a fresh transformer on
 the VAE saved there.
 
 At the end the saved pipeline is loaded back with ``WanPipeline.from_pretrained`` and judged on
@@ -142,12 +143,17 @@ def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(__doc__, argv, data="clips", count=8000, batch=8, out=clips.FOLDER,
-                 extra=[("--vae-minutes", 15.0, "stage 1: the VAE's training time")])  # fmt: skip
+                 extra=[("--vae-minutes", 15.0, "stage 1: the VAE's training time")],
+                 flags=[("--fresh-text-encoder", "train a new text encoder (random weights) "
+                         "with the resumed transformer")])  # fmt: skip
     videos, captions = clip_data(args.count, args.seed)
     earlier, vae_run, decoder_run = earlier_runs(args.resume), None, None
     if args.resume is not None:
         parts = dict(WanPipeline.from_pretrained(args.resume).components)
         log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
+        if args.fresh_text_encoder:
+            parts["text_encoder"] = clips.build_components(args.seed)["text_encoder"]
+            log("with a fresh text encoder")
     elif args.vae_from is not None:
         parts = clips.build_components(args.seed)
         parts["vae"], vae_run = reused_vae(args.vae_from, AutoencoderKLWan)
@@ -179,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     save(WanPipeline(**parts), args.out)
     # guidance_scale (1: none)
     judge_and_record(args, judge_run, (1.0, 3.0), "clips", seconds, steps, history, earlier,
-                     {"vae": vae_run, "decoder": decoder_run})  # fmt: skip
+                     {"vae": vae_run, "decoder": decoder_run,
+                      "fresh_text_encoder": args.fresh_text_encoder or None})  # fmt: skip
     return 0
 
 

@@ -243,10 +243,10 @@ def log(line: str) -> None:
 
 
 def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path,
-          extra=()) -> argparse.Namespace:  # fmt: skip
+          extra=(), flags=()) -> argparse.Namespace:  # fmt: skip
     """The training scripts' arguments (``--<data>`` examples to draw, ``--minutes``, ...,
-    and ``extra`` minutes options as ``(flag, default, help)``), with ``--resume`` checked;
-    sets the threads and the seed."""
+    ``extra`` minutes options as ``(flag, default, help)``, ``flags`` switches for a resumed
+    run as ``(flag, help)``), with ``--resume`` checked; sets the threads and the seed."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(f"--{data}", type=int, default=count, dest="count")
     p.add_argument("--minutes", type=float, default=40.0, help="training time (wall clock)")
@@ -267,7 +267,12 @@ def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path,
                    help="continue training the pipeline saved in this folder")  # fmt: skip
     p.add_argument("--vae-from", type=Path, default=None,
                    help="skip stage 1: a fresh transformer on the VAE saved here")  # fmt: skip
+    for flag, text in flags:
+        p.add_argument(flag, action="store_true", help=f"with --resume: {text}")
     args = p.parse_args(argv)
+    for flag, _ in flags:
+        if getattr(args, flag[2:].replace("-", "_")) and args.resume is None:
+            p.error(f"{flag} changes a resumed run: give --resume FOLDER too")
     if args.prompts < 1:
         p.error(f"--prompts {args.prompts}: judge at least 1 prompt")
     if args.resume is not None and args.vae_from is not None:

@@ -6,7 +6,8 @@
   reconstructions set the ceiling of what the judge can pass;
 - the model should honour at least 80% of 100 random prompts (``shapes_world.judge_clip``:
   colour, shape, background, and the motion); the shipped weights do NOT (54 of 100: an expected
-  failure, see the test); frames of 10 clips are kept as
+  failure, see the test), nor move the object the way the direction word says (8 of 16, another
+  expected failure); frames of 10 clips are kept as
   tests/artifacts/clips_grid.png: look at it;
 - the "tpu" device gives the CPU's clips; the transformer compiled the announcement's way gives
   the eager clips, compiles once per size, and recompiles, explained, when the size changes.
@@ -166,19 +167,62 @@ def test_clips_have_the_frames_and_the_colours(hundred):
 
 @pytest.mark.xfail(strict=True, reason="the shipped weights (a VAE for 18 minutes and its "
                    "decoder 10 more, then 23,164 transformer steps in 237 minutes on 2 cores) "
-                   "draw the asked object and move it, but some not far enough, with a shape "
+                   "draw the asked object and move it along the asked axis, but the way its "
+                   "noise leans, not the way the prompt says (see the next test), with a shape "
                    "drifting between circle and square, or flickering to another colour: the "
-                   "judge passes 54 of 100 (the VAE's own reconstructions 86); more training "
-                   "(scripts/train_clips.py --resume) is needed")  # fmt: skip
+                   "judge passes 54 of 100 (the VAE's own reconstructions 86)")  # fmt: skip
 def test_honours_80_percent_of_100_random_prompts(hundred):
     prompts, videos = hundred
     verdicts = [world.judge_clip(v, p) for v, p in zip(videos, prompts, strict=True)]
     score = float(np.mean([bool(v) for v in verdicts]))
     print(f"judge: {score:.2f} of 100 prompts honoured")
-    first_failures = Counter(re.sub(r"[+-]?\d+", "N", v.failures[0]) for v in verdicts if not v)
+    # the sign stays: "moved -N px" went the other way, "+N px" not far enough
+    first_failures = Counter(re.sub(r"\d+", "N", v.failures[0]) for v in verdicts if not v)
     for failure, count in first_failures.most_common():
         print(f"  {count:3d} x {failure}")
     assert score >= MIN_HONOURED
+
+
+#: Each direction word, as the axis (0: x, 1: y) and the sign of the object's travel.
+DIRECTIONS = {"moving left": (0, -1), "moving right": (0, 1), "moving up": (1, -1),
+              "moving down": (1, 1)}  # fmt: skip
+OBJECTS = ("a large red circle", "a small blue square", "a large green triangle",
+           "a small yellow circle")  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="the shipped weights ignore the direction word: each "
+                   "object moves the same way for all four words (the way its noise leans); "
+                   "the text encoder keeps 'left' and 'right' 3% apart, but a fresh one that "
+                   "keeps them apart did not change the clips (README, text to video)")  # fmt: skip
+def test_the_direction_word_decides_which_way_the_object_moves(pipe):
+    """Prompts that differ only in the direction word, each object's four from the same noise:
+    the object should travel 6+ pixels the way each word says (the judge's test of motion)."""
+    prompts = [f"{o} {d} on a black background" for o in OBJECTS for d in DIRECTIONS]
+    shape = (len(OBJECTS), clips.Z, clips.FRAMES, 8, 8)  # the latents of a 32x32 clip
+    noise = torch.randn(shape, generator=_seed(7)).repeat_interleave(len(DIRECTIONS), dim=0)
+    videos = pipe(prompts, latents=noise, num_inference_steps=clips.STEPS, output_type="np",
+                  **_call()).frames  # fmt: skip
+    followed = Counter()
+    for prompt, video in zip(prompts, videos, strict=True):
+        request = world.parse(prompt)
+        start, end = (world.blob_of(world._as_uint8(f), request.objects[0][0])
+                      for f in (video[0], video[-1]))  # fmt: skip
+        axis, sign = DIRECTIONS[request.motion]
+        if start is None or end is None:
+            followed["no object"] += 1
+            continue
+        travel = sign * (end.centre[axis] - start.centre[axis])
+        way = "the word's way" if travel >= 6 else "the other way" if travel <= -6 else "too little"
+        followed[way] += 1
+    print(f"16 clips, 4 objects x 4 direction words: {dict(followed)}")
+    with torch.no_grad():
+        length = clips.CALL["max_sequence_length"]
+        states = pipe.encode_prompt(prompts[:4], do_classifier_free_guidance=False,
+                                    max_sequence_length=length)[0]  # fmt: skip
+    for a, b in ((0, 1), (2, 3), (1, 2)):  # left/right, up/down, right/up
+        apart = (states[a] - states[b]).norm() / states[b].norm()
+        print(f"text states of {prompts[a]!r} and {prompts[b]!r}: {apart:.1%} apart")
+    assert followed["the word's way"] >= 14, followed
 
 
 def _save_grid(videos: np.ndarray, every: int = 4) -> None:

@@ -61,6 +61,31 @@ def test_trains_saves_judges_and_resumes(script, tmp_path):
         assert "_name_or_path" not in json.loads(config.read_text()), config
 
 
+def test_clips_resume_with_a_fresh_text_encoder(tmp_path):
+    """``--fresh-text-encoder``: the resumed transformer with a new text encoder (random
+    weights from ``--seed``), on record; after a few steps it is nearer its new start than the
+    first run's."""
+    from tpu_lab.models import clips
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert _train("train_clips.py", first).returncode == 0
+    run = _train("train_clips.py", second, "--resume", str(first), "--fresh-text-encoder",
+                 "--seed", "1")  # the first run's text encoder started from seed 0
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "with a fresh text encoder" in run.stdout
+    assert json.loads((second / "training.json").read_text())["fresh_text_encoder"] is True
+    weights = "text_encoder/model.safetensors"
+    old, new = load_file(first / weights), load_file(second / weights)
+    start = clips.build_components(1)["text_encoder"].state_dict()
+
+    assert new.keys() == old.keys() and new.keys() <= start.keys()
+
+    def apart(a: dict, b: dict) -> float:
+        return sum(float((a[k] - b[k]).norm()) for k in new)
+
+    assert apart(new, start) < apart(new, old) / 2
+
+
 def _encoder_and_decoder(folder: Path) -> tuple[dict, dict]:
     weights = load_file(folder / "vae" / "diffusion_pytorch_model.safetensors")
     decoder = {k: v for k, v in weights.items() if k.startswith(("decoder.", "post_quant_conv."))}
@@ -100,6 +125,9 @@ def test_bad_arguments_are_refused_with_the_reason(script, tmp_path):
     assert run.returncode == 2 and "not both" in run.stderr
     run = _train(script, tmp_path / "out", "--decoder-minutes", "1")
     assert run.returncode == 2 and "give --resume or --vae-from" in run.stderr
+    if script == "train_clips.py":
+        run = _train(script, tmp_path / "out", "--fresh-text-encoder")
+        assert run.returncode == 2 and "give --resume FOLDER too" in run.stderr
     assert not (tmp_path / "out").exists()
 
 
