@@ -19,10 +19,9 @@ transformer predicts ``noise - x_0`` at ``x_t = (1 - t) x_0 + t noise``, its tim
 ``1000 t`` as WanPipeline passes it; the text states past each prompt's end are zeroed, as
 WanPipeline does); 10% of captions are empty, which is what ``guidance_scale`` needs. AdamW with
 warm-up and cosine decay over a wall-clock budget; an exponential moving average of the weights
-is saved. ``--resume FOLDER`` continues stage 2 from a saved pipeline (its VAE as it is);
-``training.json`` lists every run; ``--fresh-text-encoder`` starts the text encoder afresh
-with it. ``--vae-from FOLDER`` skips stage 1: a fresh transformer on
-the VAE saved there.
+is saved. ``--resume FOLDER`` continues stage 2 from a saved pipeline (its VAE as it is;
+with ``--fresh-text-encoder``, a new text encoder); ``training.json`` lists every run.
+``--vae-from FOLDER`` skips stage 1: a fresh transformer on the VAE saved there.
 
 At the end the saved pipeline is loaded back with ``WanPipeline.from_pretrained`` and judged on
 100 random prompts (``shapes_world.judge_clip``).
