@@ -193,7 +193,7 @@ def test_the_direction_word_decides_which_way_the_object_moves(pipe):
     (the judge's test of motion)."""
     followed = clips.follows_direction(pipe)
     print(f"16 clips, 4 objects x 4 direction words: {followed}")
-    prompts = [f"a large red circle {d} on a black background" for d in clips.DIRECTIONS]
+    prompts = [f"a large red circle {d} on a black background" for d in world.TRAVEL]
     with torch.no_grad():
         length = clips.CALL["max_sequence_length"]
         states = pipe.encode_prompt(prompts, do_classifier_free_guidance=False,

@@ -161,25 +161,25 @@ def build_components(seed: int = 0) -> dict[str, Any]:
     }
 
 
-#: Each direction word: the axis (0: x, 1: y) and the sign of the object's travel.
-DIRECTIONS: dict[str, tuple[int, int]] = {"moving left": (0, -1), "moving right": (0, 1),
-                                          "moving up": (1, -1), "moving down": (1, 1)}  # fmt: skip
+#: The objects of :func:`follows_direction`, each asked to move in the four directions.
 DIRECTION_OBJECTS = ("a large red circle", "a small blue square", "a large green triangle",
                      "a small yellow circle")  # fmt: skip
 
 
 def follows_direction(pipe, seed: int = 7, guidance: float = GUIDANCE) -> dict[str, int]:
     """Does ``pipe`` move the object the way the direction word says? Each object of
-    :data:`DIRECTION_OBJECTS` with each word of :data:`DIRECTIONS` (16 prompts), an object's four
-    prompts from the same noise; counts the clips whose object travelled 6+ pixels "the word's
-    way", "the other way", "too little", or had "no object" in the first or last frame."""
+    :data:`DIRECTION_OBJECTS` with each direction of ``shapes_world.TRAVEL`` (16 prompts), an
+    object's four prompts from the same noise; counts the clips whose object travelled
+    ``shapes_world.MIN_TRAVEL``+ pixels "the word's way", "the other way", "too little" (as
+    :func:`shapes_world.judge_clip` measures it), or had "no object" in the first or last
+    frame."""
     import torch
 
-    prompts = [f"{o} {d} on a black background" for o in DIRECTION_OBJECTS for d in DIRECTIONS]
+    prompts = [f"{o} {d} on a black background" for o in DIRECTION_OBJECTS for d in world.TRAVEL]
     latent = world.SIZE // VAE_CONFIG["scale_factor_spatial"]
     shape = (len(DIRECTION_OBJECTS), Z, FRAMES, latent, latent)
     noise = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-    videos = pipe(prompts, latents=noise.repeat_interleave(len(DIRECTIONS), dim=0),
+    videos = pipe(prompts, latents=noise.repeat_interleave(len(world.TRAVEL), dim=0),
                   negative_prompt=[""] * len(prompts), guidance_scale=guidance,
                   num_inference_steps=STEPS, output_type="np", **CALL).frames  # fmt: skip
     counts = dict.fromkeys(("the word's way", "the other way", "too little", "no object"), 0)
@@ -187,13 +187,12 @@ def follows_direction(pipe, seed: int = 7, guidance: float = GUIDANCE) -> dict[s
         request = world.parse(prompt)
         start, end = (world.blob_of(world._as_uint8(f), request.objects[0][0])
                       for f in (video[0], video[-1]))  # fmt: skip
-        axis, sign = DIRECTIONS[request.motion]
         if start is None or end is None:
             counts["no object"] += 1
             continue
-        travel = sign * (end.centre[axis] - start.centre[axis])
-        counts["the word's way" if travel >= 6 else "the other way" if travel <= -6
-               else "too little"] += 1  # fmt: skip
+        moved = world.travel(start, end, request.motion)
+        counts["the word's way" if moved >= world.MIN_TRAVEL else "the other way"
+               if moved <= -world.MIN_TRAVEL else "too little"] += 1  # fmt: skip
     return counts
 
 

@@ -413,11 +413,25 @@ def render_clip(clip: Clip, frames: int = FRAMES, size: int = SIZE) -> np.ndarra
     return out
 
 
+#: The moving motions: the axis (0: x, 1: y) and the sign of the object's travel along it.
+TRAVEL: dict[str, tuple[int, int]] = {"moving left": (0, -1), "moving right": (0, 1),
+                                      "moving up": (1, -1), "moving down": (1, 1)}  # fmt: skip
+#: How far (pixels) a moving object's centre must travel for :func:`judge_clip`.
+MIN_TRAVEL = 6
+
+
+def travel(start: Blob, end: Blob, motion: str) -> float:
+    """How far the object went from ``start`` to ``end`` the way ``motion`` (a key of
+    :data:`TRAVEL`) says: negative when it went the other way."""
+    axis, sign = TRAVEL[motion]
+    return sign * (end.centre[axis] - start.centre[axis])
+
+
 def judge_clip(frames, prompt: str) -> Verdict:
     """Does the clip (``(T, H, W, 3)``) show ``prompt``? Checks the first and last quarter of
     the frames: the object's colour and shape at the start, the background, and the motion (its
-    centre moved 6+ pixels the right way, it grew by 4+ pixels, or it has the target colour at
-    the end)."""
+    centre moved :data:`MIN_TRAVEL`+ pixels the right way, it grew by 4+ pixels, or it has the
+    target colour at the end)."""
     request = parse(prompt)
     frames = [_as_uint8(f) for f in frames]
     q = max(1, len(frames) // 4)
@@ -435,11 +449,10 @@ def judge_clip(frames, prompt: str) -> Verdict:
     shapes = {b.shape for b in first[:1] + last[-1:]}
     if shapes != {shape}:
         failures.append(f"the object is a {'/'.join(sorted(shapes))}, not a {shape}")
-    (x0, y0), (x1, y1) = first[0].centre, last[-1].centre
-    moved = {"moving right": x1 - x0, "moving left": x0 - x1, "moving down": y1 - y0,
-             "moving up": y0 - y1}  # fmt: skip
-    if request.motion in moved and moved[request.motion] < 6:
-        failures.append(f"the object moved {moved[request.motion]:+.0f} px, not {request.motion}")
+    if request.motion in TRAVEL:
+        moved = travel(first[0], last[-1], request.motion)
+        if moved < MIN_TRAVEL:
+            failures.append(f"the object moved {moved:+.0f} px, not {request.motion}")
     if request.motion == "growing" and last[-1].extent - first[0].extent < 4:
         failures.append(f"the object grew {last[-1].extent - first[0].extent} px")
     if request.motion != "growing" and request.motion != "turning" and request.size:
