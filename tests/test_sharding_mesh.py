@@ -83,6 +83,37 @@ def test_torch_module_with_a_user_plan_in_bfloat16():
     assert run.shard_bytes_per_chip == ((16 * 16 + 16 + 16 * 16 + 16) * 2,) * 2
 
 
+class SharedAct(torch.nn.Module):
+    """Two MLP blocks that call one activation module, as transformers 5.25's Llama calls one
+    hub-kernel function module from every layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(MLP() for _ in range(2))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block.down(SHARED_RELU(block.up(x)))
+        return x
+
+
+SHARED_RELU = torch.nn.ReLU()
+
+
+def test_a_module_called_twice_in_one_forward_runs_and_runs_again():
+    # torch's CommDebugMode module tracker fails on this (IndexError) and leaves hooks on the
+    # shared module that break its later forwards, on or off the mesh
+    torch.manual_seed(0)
+    model, x = SharedAct(), torch.randn(3, 16)
+    plan_ = {"blocks.*.up": "colwise", "blocks.*.down": "rowwise"}
+    for _ in range(2):
+        run = simulate(model, x, chips=2, tp_plan=plan_)
+        assert run.matches and run.comms == (("all_reduce", 2),)
+    assert not SHARED_RELU._forward_hooks and not SHARED_RELU._forward_pre_hooks
+    with torch.no_grad():
+        assert torch.equal(model(x), run.reference)
+
+
 def test_the_mesh_refuses_what_the_plan_refuses_and_cleans_up():
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**TINY_LLAMA))

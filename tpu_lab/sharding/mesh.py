@@ -51,12 +51,56 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return 1e-4, 1e-5
 
 
-def _comm_name(op) -> str:
-    name = str(op).rsplit(".", 1)[-1].rstrip("_")
-    return {"allreduce": "all_reduce", "allgather": "all_gather",
-            "all_gather_into_tensor": "all_gather", "_allgather_base": "all_gather",
-            "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-            "alltoall": "all_to_all", "all_to_all_single": "all_to_all"}.get(name, name)
+# The collectives by operator: the functional ones (what DTensor issues, as
+# "_c10d_functional::all_reduce") and the process group's ("c10d::allreduce_"), by the name shown.
+_COLLECTIVE_NAMESPACES = {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd",
+                          "c10d", "_dtensor"}
+_COLLECTIVES = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce",
+    "all_gather_into_tensor": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+    "allgather": "all_gather", "_allgather_base": "all_gather", "allgather_coalesced": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "all_to_all_single": "all_to_all", "alltoall": "all_to_all", "alltoall_base": "all_to_all",
+    "shard_dim_alltoall": "all_to_all",
+    "broadcast": "broadcast", "gather": "gather", "scatter": "scatter", "reduce": "reduce",
+}
+
+
+def _comm_name(op_name: str) -> str | None:
+    """The collective an operator name ("c10d::allreduce_") stands for, or None."""
+    namespace, _, name = op_name.partition("::")
+    if namespace not in _COLLECTIVE_NAMESPACES:
+        return None
+    return _COLLECTIVES.get(name.rstrip("_"))
+
+
+def _collective_counter():
+    """A dispatch mode counting the collectives run under it (``.counts``), as torch's
+    ``CommDebugMode`` does but without its module tracker, which hooks every module it sees and
+    breaks on a module called more than once in a forward (transformers 5.25's Llama calls one
+    hub-kernel function module per layer): that forward fails, and hooks left behind break every
+    later forward of the model."""
+    from torch.distributed.tensor import DTensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CollectiveCounter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.counts: Counter = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(issubclass(t, DTensor) for t in types):
+                return NotImplemented  # DTensor turns the op into local ops and collectives first
+            out = func(*args, **(kwargs or {}))
+            name = _comm_name(func.name())
+            if name is not None:
+                self.counts[name] += 1
+            return out
+
+    return CollectiveCounter()
 
 
 class SimulatedMesh:
@@ -175,15 +219,12 @@ class SimulatedMesh:
 
     def run(self, fn, *args, **kwargs):
         """Call ``fn(*args, **kwargs)`` on every chip (no autograd), counting collectives."""
-        from torch.distributed.tensor.debug import CommDebugMode
-
         self._need_open()
-        with CommDebugMode() as debug, torch.no_grad(), warnings.catch_warnings():
+        with _collective_counter() as counter, torch.no_grad(), warnings.catch_warnings():
             # DTensor's module hooks warn about backward hooks on non-tensor outputs: no autograd
             warnings.filterwarnings("ignore", "For backward hooks to be called")
             out = fn(*args, **kwargs)
-        for op, n in debug.get_comm_counts().items():
-            self.comms[_comm_name(op)] += n
+        self.comms.update(counter.counts)
         return out
 
 
