@@ -125,7 +125,9 @@ tokenizer, an `AutoencoderKLWan` trained here (Wan 2.2's `patch_size=2`, two lev
 8×8 latent pixels, each frame coded on its own), and the same scheduler. Its guidance is
 WanPipeline's `guidance_scale` (`clips.GUIDANCE`, 3). It is the weaker of the two: objects grow,
 change colour and move along the asked axis, but it ignores the direction word (which way an
-object moves is its noise's choice: same noise, "left" or "right", same clip), shapes drift
+object moves is its noise's choice: same noise, "left" or "right", same clip; mirrored noise,
+mirrored clip: Wan's transformer sees only offsets between places, not which side of the frame
+is left), shapes drift
 between circle and square, colours flicker, and the judge passes 54 of 100. `clips.CALL` holds
 its size, prompt length and frame count: asking WanPipeline for 16 frames gives 17 (it rounds
 to `k × t + 1` for the VAE's temporal factor `t`, which is 1 here, and logs a warning that it

@@ -28,7 +28,10 @@ splits heads by ``attn.heads`` (the global count), not by the head size as Flux'
 
 :func:`clips_pipeline` loads it with ``WanPipeline.from_pretrained``; call it with :data:`CALL`.
 :func:`follows_direction` checks what the shipped weights get wrong most: whether the object
-moves the way the direction word says (they ignore the word: 8 of 16).
+moves the way the direction word says (they ignore the word: 8 of 16); :func:`follows_the_noise`
+shows why: mirrored noise gives a mirrored clip (the transformer's rotary positions give it
+offsets between places in a frame, no absolute side), while growing survives noise reversed in
+time.
 """
 
 from __future__ import annotations
@@ -166,6 +169,26 @@ DIRECTION_OBJECTS = ("a large red circle", "a small blue square", "a large green
                      "a small yellow circle")  # fmt: skip
 
 
+def _noise(count: int, seed: int):
+    """Initial latents for ``count`` clips, ``(count, Z, FRAMES, 8, 8)``."""
+    import torch
+
+    latent = world.SIZE // VAE_CONFIG["scale_factor_spatial"]
+    return torch.randn((count, Z, FRAMES, latent, latent),
+                       generator=torch.Generator().manual_seed(seed))  # fmt: skip
+
+
+def _ends(pipe, prompts: list[str], latents, guidance: float) -> list[tuple[Any, Any]]:
+    """Each prompt's clip from its ``latents``: the object's blob (``shapes_world.blob_of``, in
+    the prompt's first colour) in the first and in the last frame, None where it is missing."""
+    videos = pipe(prompts, latents=latents, negative_prompt=[""] * len(prompts),
+                  guidance_scale=guidance, num_inference_steps=STEPS, output_type="np",
+                  **CALL).frames  # fmt: skip
+    return [tuple(world.blob_of(world._as_uint8(f), world.parse(p).objects[0][0])
+                  for f in (video[0], video[-1]))
+            for p, video in zip(prompts, videos, strict=True)]  # fmt: skip
+
+
 def follows_direction(pipe, seed: int = 7, guidance: float = GUIDANCE) -> dict[str, int]:
     """Does ``pipe`` move the object the way the direction word says? Each object of
     :data:`DIRECTION_OBJECTS` with each direction of ``shapes_world.TRAVEL`` (16 prompts), an
@@ -173,26 +196,50 @@ def follows_direction(pipe, seed: int = 7, guidance: float = GUIDANCE) -> dict[s
     ``shapes_world.MIN_TRAVEL``+ pixels "the word's way", "the other way", "too little" (as
     :func:`shapes_world.judge_clip` measures it), or had "no object" in the first or last
     frame."""
-    import torch
-
     prompts = [f"{o} {d} on a black background" for o in DIRECTION_OBJECTS for d in world.TRAVEL]
-    latent = world.SIZE // VAE_CONFIG["scale_factor_spatial"]
-    shape = (len(DIRECTION_OBJECTS), Z, FRAMES, latent, latent)
-    noise = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-    videos = pipe(prompts, latents=noise.repeat_interleave(len(world.TRAVEL), dim=0),
-                  negative_prompt=[""] * len(prompts), guidance_scale=guidance,
-                  num_inference_steps=STEPS, output_type="np", **CALL).frames  # fmt: skip
+    noise = _noise(len(DIRECTION_OBJECTS), seed).repeat_interleave(len(world.TRAVEL), dim=0)
     counts = dict.fromkeys(("the word's way", "the other way", "too little", "no object"), 0)
-    for prompt, video in zip(prompts, videos, strict=True):
-        request = world.parse(prompt)
-        start, end = (world.blob_of(world._as_uint8(f), request.objects[0][0])
-                      for f in (video[0], video[-1]))  # fmt: skip
+    for prompt, (start, end) in zip(prompts, _ends(pipe, prompts, noise, guidance), strict=True):
         if start is None or end is None:
             counts["no object"] += 1
             continue
-        moved = world.travel(start, end, request.motion)
+        moved = world.travel(start, end, world.parse(prompt).motion)
         counts["the word's way" if moved >= world.MIN_TRAVEL else "the other way"
                if moved <= -world.MIN_TRAVEL else "too little"] += 1  # fmt: skip
+    return counts
+
+
+def follows_the_noise(pipe, seed: int = 7, guidance: float = GUIDANCE) -> dict[str, int]:
+    """What ``pipe`` takes from the noise rather than from the prompt. Each object of
+    :data:`DIRECTION_OBJECTS` moving right and moving down (8 prompts) from noise and from the
+    same noise mirrored along the motion's axis: "mirrored with the noise" counts the prompts
+    whose two clips travel :data:`shapes_world.MIN_TRAVEL`+ pixels in opposite directions (the
+    side the object starts from is the noise's, whatever the word says). The four objects
+    growing (by :data:`shapes_world.MIN_GROWTH`+ pixels, the judge's rule) from that noise and
+    from it reversed in time: "grows" and "grows with the noise reversed" (the model knows
+    which frame comes first)."""
+    moving = [f"{o} {d} on a black background" for d in ("moving right", "moving down")
+              for o in DIRECTION_OBJECTS]  # fmt: skip
+    noise = _noise(len(DIRECTION_OBJECTS), seed).repeat(2, 1, 1, 1, 1)
+    half = len(DIRECTION_OBJECTS)
+    mirrored = noise.clone()
+    mirrored[:half] = noise[:half].flip(-1)  # left-right, for "moving right"
+    mirrored[half:] = noise[half:].flip(-2)  # top-bottom, for "moving down"
+    counts = {"mirrored with the noise": 0}
+    for prompt, ends, flipped in zip(moving, _ends(pipe, moving, noise, guidance),
+                                     _ends(pipe, moving, mirrored, guidance), strict=True):
+        if None in ends or None in flipped:
+            continue
+        motion = world.parse(prompt).motion
+        a, b = world.travel(*ends, motion), world.travel(*flipped, motion)
+        counts["mirrored with the noise"] += min(abs(a), abs(b)) >= world.MIN_TRAVEL and a * b < 0
+    growing = [f"{o.replace('large ', '').replace('small ', '')} growing on a black background"
+               for o in DIRECTION_OBJECTS]  # fmt: skip
+    for name, latents in (("grows", noise[:half]), ("grows with the noise reversed",
+                                                     noise[:half].flip(2))):
+        counts[name] = sum(start is not None and end is not None
+                           and end.extent - start.extent >= world.MIN_GROWTH
+                           for start, end in _ends(pipe, growing, latents, guidance))  # fmt: skip
     return counts
 
 

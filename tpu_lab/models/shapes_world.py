@@ -418,6 +418,8 @@ TRAVEL: dict[str, tuple[int, int]] = {"moving left": (0, -1), "moving right": (0
                                       "moving up": (1, -1), "moving down": (1, 1)}  # fmt: skip
 #: How far (pixels) a moving object's centre must travel for :func:`judge_clip`.
 MIN_TRAVEL = 6
+#: How much (pixels of extent) a growing object must grow for :func:`judge_clip`.
+MIN_GROWTH = 4
 
 
 def travel(start: Blob, end: Blob, motion: str) -> float:
@@ -430,8 +432,8 @@ def travel(start: Blob, end: Blob, motion: str) -> float:
 def judge_clip(frames, prompt: str) -> Verdict:
     """Does the clip (``(T, H, W, 3)``) show ``prompt``? Checks the first and last quarter of
     the frames: the object's colour and shape at the start, the background, and the motion (its
-    centre moved :data:`MIN_TRAVEL`+ pixels the right way, it grew by 4+ pixels, or it has the
-    target colour at the end)."""
+    centre moved :data:`MIN_TRAVEL`+ pixels the right way, it grew by :data:`MIN_GROWTH`+
+    pixels, or it has the target colour at the end)."""
     request = parse(prompt)
     frames = [_as_uint8(f) for f in frames]
     q = max(1, len(frames) // 4)
@@ -453,7 +455,7 @@ def judge_clip(frames, prompt: str) -> Verdict:
         moved = travel(first[0], last[-1], request.motion)
         if moved < MIN_TRAVEL:
             failures.append(f"the object moved {moved:+.0f} px, not {request.motion}")
-    if request.motion == "growing" and last[-1].extent - first[0].extent < 4:
+    if request.motion == "growing" and last[-1].extent - first[0].extent < MIN_GROWTH:
         failures.append(f"the object grew {last[-1].extent - first[0].extent} px")
     if request.motion != "growing" and request.motion != "turning" and request.size:
         big = first[0].extent >= 12
