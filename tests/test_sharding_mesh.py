@@ -83,6 +83,9 @@ def test_torch_module_with_a_user_plan_in_bfloat16():
     assert run.shard_bytes_per_chip == ((16 * 16 + 16 + 16 * 16 + 16) * 2,) * 2
 
 
+SHARED_RELU = torch.nn.ReLU()
+
+
 class SharedAct(torch.nn.Module):
     """Two MLP blocks that call one activation module, as transformers 5.25's Llama calls one
     hub-kernel function module from every layer."""
@@ -95,9 +98,6 @@ class SharedAct(torch.nn.Module):
         for block in self.blocks:
             x = block.down(SHARED_RELU(block.up(x)))
         return x
-
-
-SHARED_RELU = torch.nn.ReLU()
 
 
 def test_a_module_called_twice_in_one_forward_runs_and_runs_again():
