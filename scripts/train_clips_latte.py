@@ -29,9 +29,9 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import torch
 from diffusers import AutoencoderKL, LattePipeline, LatteTransformer3DModel, UniPCMultistepScheduler
+from train_clips import clip_data
 from train_shapes import encode as encode_images
 from train_shapes import judge_and_record, log, noised, parse, save, train, untie
 from transformers import T5EncoderModel
@@ -64,15 +64,6 @@ TRANSFORMER_CONFIG = {
 }
 SCHEDULER_CONFIG = {"num_train_timesteps": 1000, "use_flow_sigmas": True,
                     "prediction_type": "flow_prediction", "flow_shift": 1.0}  # fmt: skip
-
-
-def clip_data(n: int, seed: int) -> tuple[torch.Tensor, list[str]]:
-    """``n`` random clips as ``(n, T, 3, 32, 32)`` floats in [-1, 1] and their captions."""
-    rng = random.Random(seed)
-    drawn = [shapes_world.sample_clip(rng) for _ in range(n)]
-    pixels = np.stack([shapes_world.render_clip(c, frames=FRAMES) for c in drawn])
-    videos = torch.from_numpy(pixels).permute(0, 1, 4, 2, 3).float() / 127.5 - 1
-    return videos, [shapes_world.clip_caption(c) for c in drawn]
 
 
 def components(seed: int) -> dict:
@@ -140,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("this experiment starts fresh on the image model's VAE: drop --resume, "
                          "--vae-from and --decoder-minutes")  # fmt: skip
     parts = components(args.seed)
-    videos, captions = clip_data(args.count, args.seed)
+    videos, captions = clip_data(args.count, args.seed, FRAMES)  # (n, 3, T, H, W)
     vae = parts["vae"]
-    z = encode_images(vae, videos.flatten(0, 1)) * vae.config.scaling_factor
+    z = encode_images(vae, videos.transpose(1, 2).flatten(0, 1)) * vae.config.scaling_factor
     latents = z.reshape(len(videos), FRAMES, *z.shape[1:]).transpose(1, 2).contiguous()
     del videos
     log(f"latents {tuple(latents.shape)}: mean {latents.mean():.3f}, spread {latents.std():.3f}")
