@@ -81,6 +81,20 @@ def test_the_judge_fails_the_wrong_caption():
         assert world.judge(image, prompt).failures == (failure,), prompt
 
 
+def test_misses_are_counted_by_their_first_failure_with_the_numbers_hidden():
+    clip = world.Clip(world.Thing("circle", "red", 7, 9, 16), "black", "large", "moving right")
+    video = world.render_clip(clip)
+    right = "a red circle moving right on a black background"
+    small = world.Clip(world.Thing("circle", "red", 4, 6, 16), "black", "small", "moving right")
+    verdicts = [world.judge_clip(video, right),
+                world.judge_clip(video[::-1], right),  # 14 pixels the wrong way
+                world.judge_clip(world.render_clip(small)[::-1], right),  # 20, small
+                world.judge_clip(video, right.replace("red", "blue"))]  # fmt: skip
+    assert verdicts[0]
+    assert world.misses_by_kind(verdicts) == {"the object moved -N px, not moving right": 2,
+                                              "no blue object at the start": 1}  # fmt: skip
+
+
 def test_the_judge_reads_relations():
     a, b = world.Thing("square", "blue", 5, 8, 16), world.Thing("triangle", "yellow", 5, 24, 16)
     image = world.render(world.Scene((a, b), "gray", relation="left of"))

@@ -158,28 +158,42 @@ def test_vae_from_a_folder_tuned_twice_counts_both_tunings_and_keeps_the_latest_
     assert stage["from"] == str(tmp_path)
 
 
-def test_the_latte_experiment_trains_saves_and_judges(tmp_path):
+def test_the_latte_experiment_trains_saves_judges_and_resumes(tmp_path):
     """``scripts/train_clips_latte.py`` (the absolute-positions experiment, README: text to
     video): a LattePipeline on the image model's VAE, trained on "tpu", loaded back by
-    ``from_pretrained`` and judged, each miss's first failure counted; it refuses to resume."""
+    ``from_pretrained`` and judged, each miss's first failure counted, the weight of the
+    direction word measured before and after; it resumes (with ``--high-noise``) and refuses
+    another VAE."""
     from diffusers import LattePipeline
 
     from tpu_lab.models import shapes
 
-    out = tmp_path / "latte"
+    out, again = tmp_path / "latte", tmp_path / "again"
     argv = [sys.executable, str(ROOT / "scripts" / "train_clips_latte.py"), "--clips", "16",
-            "--minutes", "0.05", "--prompts", "2", "--threads", "1", "--out", str(out)]  # fmt: skip
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT)
+            "--minutes", "0.05", "--prompts", "2", "--threads", "1"]  # fmt: skip
+    run = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=600,
+                         cwd=ROOT)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     record = json.loads((out / "training.json").read_text())
     assert record["device"] == "tpu" and record["steps"] > 0
     assert set(record["judge_2_prompts_by_guidance"]) == {"1.0", "3.0"}
+    assert set(record["word_weight_percent"]["after"]) == {"right/left", "right/up"}
     assert " x " in run.stdout  # the misses by kind (2 prompts after seconds of training)
     pipe = LattePipeline.from_pretrained(out)
     assert pipe.transformer.config.video_length == 16
     weights = "vae/diffusion_pytorch_model.safetensors"
     ours, theirs = load_file(out / weights), load_file(shapes.FOLDER / weights)
     assert all(ours[k].equal(theirs[k]) for k in theirs)
-    run = subprocess.run([*argv, "--resume", str(out)], capture_output=True, text=True,
-                         timeout=600, cwd=ROOT)  # fmt: skip
-    assert run.returncode != 0 and "starts fresh" in run.stderr
+    run = subprocess.run([*argv, "--resume", str(out), "--high-noise", "0.5", "--out", str(again)],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    resumed = json.loads((again / "training.json").read_text())
+    assert resumed["resumed_from"] == str(out) and resumed["high_noise"] == 0.5
+    assert resumed["word_weight_percent"]["before"] == record["word_weight_percent"]["after"]
+    assert [r["steps"] for r in resumed["runs"]] == [record["steps"]]
+    for extra, message in ((["--vae-from", str(out)], "keeps the image model's VAE"),
+                           (["--high-noise", "1.5"], "give a share between 0 and 1")):  # fmt: skip
+        run = subprocess.run([*argv, *extra, "--out", str(tmp_path / "no")], capture_output=True,
+                             text=True, timeout=600, cwd=ROOT)  # fmt: skip
+        assert run.returncode != 0 and message in run.stderr, run.stderr[-2000:]
+        assert not (tmp_path / "no").exists()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -304,6 +305,13 @@ class Verdict:
 
     def __bool__(self) -> bool:
         return self.ok
+
+
+def misses_by_kind(verdicts) -> Counter:
+    """How many of ``verdicts`` failed first on each kind of failure, the numbers in the text
+    written ``N`` (the sign stays: "the object moved -N px" went the other way, "+N px" not far
+    enough)."""
+    return Counter(re.sub(r"\d+", "N", v.failures[0]) for v in verdicts if not v)
 
 
 def judge(image, prompt: str) -> Verdict:
