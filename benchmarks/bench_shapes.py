@@ -1,9 +1,9 @@
 """One image from the embedded text-to-image model (the tiny FluxPipeline, 32x32, 20 steps) and
-one clip from the text-to-video model (the tiny WanPipeline, 17 frames of 32x32, 20 steps): eager
+one clip from the text-to-video model (the tiny LattePipeline, 16 frames of 32x32, 20 steps): eager
 on the bundled "tpu" device against plain CPU PyTorch, the transformer compiled the announcement's
 way (``pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)``) against eager,
 and one denoising step of the transformer tensor-parallel over the 4-chip SPMD cluster
-(``TensorParallelConfig(tp_degree=4)``, float32; Wan with ``clips.WanTransformerTP``'s plan)
+(``TensorParallelConfig(tp_degree=4)``, float32; Latte with ``clips.LatteTransformerTP``'s plan)
 against TP=1 in this process.
 
 The compiled side is warmed up first (its compilation is timed apart); then the sides run
@@ -40,7 +40,7 @@ def _timed(fn) -> float:
 
 def _run(pipe) -> None:
     generator = torch.Generator().manual_seed(0)
-    if "Wan" in type(pipe).__name__:
+    if "Latte" in type(pipe).__name__:
         out = pipe(PROMPTS["video"], num_inference_steps=clips.STEPS, output_type="pt",
                    guidance_scale=clips.GUIDANCE, generator=generator, **clips.CALL).frames
     else:
@@ -54,12 +54,12 @@ MODULES = {"image": shapes, "video": clips}
 
 
 def transformer_class(name: str):
-    """The class that loads each model's transformer for the TP=4 step (Wan with its plan)."""
+    """The class that loads each model's transformer for the TP=4 step (Latte with its plan)."""
     if name == "image":
         from diffusers import FluxTransformer2DModel
 
         return FluxTransformer2DModel
-    return clips.WanTransformerTP
+    return clips.LatteTransformerTP
 
 
 def step_inputs(name: str, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -74,7 +74,7 @@ def step_inputs(name: str, g: torch.Generator) -> dict[str, torch.Tensor]:
                     pooled_projections=torch.randn(1, 64, generator=g),
                     timestep=torch.tensor([0.5]), img_ids=torch.zeros(tokens, 3),
                     txt_ids=torch.zeros(shapes.TOKENS, 3))  # fmt: skip
-    side = clips.CALL["height"] // clips.VAE_CONFIG["scale_factor_spatial"]
+    side = clips.TRANSFORMER_CONFIG["sample_size"]
     return dict(hidden_states=torch.randn(1, clips.Z, clips.FRAMES, side, side, generator=g),
                 encoder_hidden_states=torch.randn(1, shapes.TOKENS, 64, generator=g),
                 timestep=torch.tensor([500.0]))  # fmt: skip
@@ -161,7 +161,7 @@ def _bench(name: str, repeats: int, cluster: bool) -> None:
         times["compiled"].append(_timed(lambda: _run(compiled)))
     median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     what = (f"one 32x32 image, {shapes.STEPS} steps (tiny Flux)" if name == "image"
-            else f"one clip of {clips.FRAMES} 32x32 frames, {clips.STEPS} steps (tiny Wan)")
+            else f"one clip of {clips.FRAMES} 32x32 frames, {clips.STEPS} steps (tiny Latte)")
     record("shapes", f"{what}, eager on tpu", median["eager"], "ms", baseline=median["cpu"])
     record("shapes", f"{what}, transformer compiled (backend tpu)", median["compiled"], "ms",
            baseline=median["eager"], baseline_label="eager on tpu",

@@ -1,5 +1,5 @@
 """``tpu-lab demo video`` (text to video) in headless Chromium: type a prompt, click Generate, see
-the clip play in the browser (17 frames at 8 per second) and the judge's verdict. The screenshot
+the clip play in the browser (16 frames at 8 per second) and the judge's verdict. The screenshot
 is kept as tests/artifacts/gradio_video.png."""
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""The embedded text-to-video model (a tiny WanPipeline of coloured shapes in motion).
+"""The embedded text-to-video model (a tiny LattePipeline of coloured shapes in motion).
 
-- the shipped folder is an ordinary WanPipeline folder loaded offline by ``from_pretrained``;
-  its transformer gets the user-defined tensor-parallel plan through ``clips.WanTransformerTP``;
-- the VAE (trained, Wan 2.2's 2x2 patches in, 4x smaller) codes each frame on its own, and its
-  reconstructions set the ceiling of what the judge can pass;
+- the shipped folder is an ordinary LattePipeline folder loaded offline by ``from_pretrained``;
+  its transformer gets the user-defined tensor-parallel plan through ``clips.LatteTransformerTP``;
+- the VAE is the image model's, and its reconstructions of the clips' frames set the ceiling of
+  what the judge can pass;
 - the model should honour at least 80% of 100 random prompts (``shapes_world.judge_clip``:
-  colour, shape, background, and the motion); the shipped weights do NOT (54 of 100: an expected
-  failure, see the test), nor move the object the way the direction word says (8 of 16, another
-  expected failure); frames of 10 clips are kept as
+  colour, shape, background, and the motion); the shipped weights do NOT (75 of 100: an expected
+  failure, see the test); they move the object the way the direction word says (16 of 16);
+  frames of 10 clips are kept as
   tests/artifacts/clips_grid.png: look at it;
 - the "tpu" device gives the CPU's clips; the transformer compiled the announcement's way gives
   the eager clips, compiles once per size, and recompiles, explained, when the size changes.
@@ -33,7 +33,7 @@ from tpu_lab.models import clips  # noqa: E402
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 MIN_HONOURED = 0.80
-#: Of 100 random clips, how many the VAE's reconstructions must keep judged right (measured: 89).
+#: Of 100 random clips, how many the VAE's reconstructions must keep judged right (measured: 90).
 RECONSTRUCTED_MIN = 80
 
 
@@ -54,29 +54,40 @@ def pipe():
 
 
 def _call(**kwargs) -> dict:
-    """WanPipeline's arguments for this model (its guidance off unless given)."""
+    """LattePipeline's arguments for this model (``clips.GUIDANCE`` unless given)."""
     return {"guidance_scale": clips.GUIDANCE, **clips.CALL, **kwargs}
 
 
-def test_shipped_folder_is_a_small_wan_pipeline():
+def test_shipped_folder_is_a_small_latte_pipeline():
     index = json.loads((clips.FOLDER / "model_index.json").read_text())
-    assert index["_class_name"] == "WanPipeline"
-    assert index["transformer"] == ["diffusers", "WanTransformer3DModel"]
-    assert index["vae"] == ["diffusers", "AutoencoderKLWan"]
-    assert index["text_encoder"] == ["transformers", "UMT5EncoderModel"]
-    assert index["scheduler"] == ["diffusers", "FlowMatchEulerDiscreteScheduler"]
+    assert index["_class_name"] == "LattePipeline"
+    assert index["transformer"] == ["diffusers", "LatteTransformer3DModel"]
+    assert index["vae"] == ["diffusers", "AutoencoderKL"]
+    assert index["text_encoder"] == ["transformers", "T5EncoderModel"]
+    assert index["scheduler"] == ["diffusers", "UniPCMultistepScheduler"]
     size = sum(f.stat().st_size for f in clips.FOLDER.rglob("*.safetensors"))
-    assert size < 12 * 2**20, size  # 9.3 MB transformer, 1.9 MB VAE, 0.3 MB text encoder
+    assert size < 10 * 2**20, size  # 8.2 MB transformer, 1.0 MB VAE, 0.3 MB text encoder
+
+
+def test_the_vae_is_the_image_models():
+    from safetensors.torch import load_file
+
+    from tpu_lab.models import shapes
+
+    name = "vae/diffusion_pytorch_model.safetensors"
+    ours, theirs = load_file(clips.FOLDER / name), load_file(shapes.FOLDER / name)
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
 
 
 def test_loads_offline_and_the_tp_class_adds_only_the_plan(monkeypatch):
-    from diffusers import WanPipeline, WanTransformer3DModel
+    from diffusers import LattePipeline, LatteTransformer3DModel
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    pipe = WanPipeline.from_pretrained(clips.FOLDER)
-    assert WanTransformer3DModel._tp_plan is None  # Diffusers ships none for Wan
-    tp = clips.WanTransformerTP.from_pretrained(clips.FOLDER, subfolder="transformer")
-    assert isinstance(tp, WanTransformer3DModel) and tp._tp_plan == clips.TP_PLAN
+    pipe = LattePipeline.from_pretrained(clips.FOLDER)
+    assert LatteTransformer3DModel._tp_plan is None  # Diffusers ships none for Latte
+    tp = clips.LatteTransformerTP.from_pretrained(clips.FOLDER, subfolder="transformer")
+    assert isinstance(tp, LatteTransformer3DModel) and tp._tp_plan == clips.TP_PLAN
     theirs, ours = pipe.transformer.state_dict(), tp.state_dict()
     assert theirs.keys() == ours.keys()
     assert all(torch.equal(theirs[k], ours[k]) for k in theirs)
@@ -85,51 +96,35 @@ def test_loads_offline_and_the_tp_class_adds_only_the_plan(monkeypatch):
 def test_the_plan_shards_every_feed_forward_by_four():
     from tpu_lab.sharding.plan import plan_layout
 
-    model = clips.WanTransformerTP(**clips.TRANSFORMER_CONFIG)
+    model = clips.LatteTransformerTP(**clips.TRANSFORMER_CONFIG)
     layout = plan_layout(model, 4)
     sharded = {e.name for e in layout.entries if "Shard" in e.placement}
-    blocks = clips.TRANSFORMER_CONFIG["num_layers"]
-    assert sharded == {f"blocks.{i}.ffn.{p}.{w}" for i in range(blocks)
-                       for p in ("net.0.proj", "net.2") for w in ("weight", "bias")
-                       if not (p == "net.2" and w == "bias")}  # fmt: skip
+    layers = clips.TRANSFORMER_CONFIG["num_layers"]
+    assert sharded == {f"{b}.{i}.ff.{p}.{w}" for b in ("transformer_blocks",
+                                                        "temporal_transformer_blocks")
+                       for i in range(layers) for p in ("net.0.proj", "net.2")
+                       for w in ("weight", "bias") if not (p == "net.2" and w == "bias")}  # fmt: skip
 
 
 def _clips(n: int, seed: int = 99) -> tuple[torch.Tensor, list[str]]:
-    """``n`` rendered clips as WanPipeline's VAE takes them, ``(n, 3, T, 32, 32)`` in [-1, 1]."""
+    """``n`` rendered clips, ``(n, T, 3, 32, 32)`` in [-1, 1], and their captions."""
     rng = random.Random(seed)
     drawn = [world.sample_clip(rng) for _ in range(n)]
     pixels = np.stack([world.render_clip(c) for c in drawn])
-    return (torch.from_numpy(pixels).permute(0, 4, 1, 2, 3).float() / 127.5 - 1,
+    return (torch.from_numpy(pixels).permute(0, 1, 4, 2, 3).float() / 127.5 - 1,
             [world.clip_caption(c) for c in drawn])  # fmt: skip
 
 
-def test_the_vae_codes_each_frame_on_its_own(pipe):
-    vae = pipe.vae
-    x, _ = _clips(2)
-    x = x[:, :, :5].to(vae.device)
-    changed = x.clone()
-    changed[:, :, 0] = x[:, :, 0].flip(-1)  # only the first frame differs
-    with torch.no_grad():
-        a, b = (vae.encode(v).latent_dist.mode() for v in (x, changed))
-        alone = vae.encode(x[:, :, 3:4]).latent_dist.mode()
-        decoded = vae.decode(a).sample
-        decoded_alone = vae.decode(a[:, :, 3:4]).sample
-    assert a.shape == (2, clips.Z, 5, 8, 8)  # 4x smaller, every frame kept
-    assert not torch.allclose(a[:, :, 0], b[:, :, 0])
-    torch.testing.assert_close(a[:, :, 1:], b[:, :, 1:], atol=1e-5, rtol=0)
-    torch.testing.assert_close(a[:, :, 3:4], alone, atol=1e-5, rtol=0)
-    torch.testing.assert_close(decoded[:, :, 3:4], decoded_alone, atol=1e-5, rtol=0)
-
-
 def test_the_vae_reconstructs_what_the_judge_checks(pipe):
-    """The ceiling the VAE sets: its reconstructions of 100 random clips, judged (89 of 100
-    for the shipped VAE; the training script's own 100 clips: 86)."""
+    """The ceiling the VAE sets: its reconstructions of 100 random clips, frame by frame as
+    LattePipeline decodes them, judged (90 of 100 for the image model's VAE)."""
     videos, captions = _clips(100)
     vae = pipe.vae
     with torch.no_grad():
-        out = torch.cat([vae.decode(vae.encode(v.to(vae.device)).latent_dist.mode()).sample
-                         for v in videos.split(20)]).cpu()  # fmt: skip
-    pixels = ((out.permute(0, 2, 3, 4, 1) + 1) / 2).numpy()  # as WanPipeline's "np" output
+        frames = videos.flatten(0, 1).to(vae.device)
+        out = torch.cat([vae.decode(vae.encode(f).latent_dist.mode()).sample
+                         for f in frames.split(200)]).cpu()  # fmt: skip
+    pixels = ((out.reshape(videos.shape).permute(0, 1, 3, 4, 2) + 1) / 2).numpy()
     passed = sum(bool(world.judge_clip(p, c)) for p, c in zip(pixels, captions, strict=True))
     print(f"judge on the VAE's reconstructions: {passed} of 100")
     assert passed >= RECONSTRUCTED_MIN
@@ -148,9 +143,9 @@ def hundred(pipe):
 
 
 def test_clips_have_the_frames_and_the_colours(hundred):
-    """What the shipped weights (265 minutes of training) do know, measured: the right
+    """What the shipped weights (180 minutes of training) do know, measured: the right
     background at the start on 100 of 100 clips; the requested colour on 12+ pixels of the
-    first frame on 86."""
+    first frame on 94."""
     prompts, videos = hundred
     assert videos.shape == (100, clips.FRAMES, 32, 32, 3)
     background = colour = 0
@@ -163,12 +158,11 @@ def test_clips_have_the_frames_and_the_colours(hundred):
     assert background >= 90 and colour >= 70
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped weights (a VAE for 18 minutes and its "
-                   "decoder 10 more, then 23,164 transformer steps in 237 minutes on 2 cores) "
-                   "draw the asked object and move it along the asked axis, but the way its "
-                   "noise leans, not the way the prompt says (see the next test), with a shape "
-                   "drifting between circle and square, or flickering to another colour: the "
-                   "judge passes 54 of 100 (the VAE's own reconstructions 86)")  # fmt: skip
+@pytest.mark.xfail(strict=True, reason="the shipped weights (24,555 transformer steps in 180 "
+                   "minutes on 2 cores, the last 100 with half the training times drawn from the "
+                   "noisiest fifth) honour 75 of 100: most misses draw a square or a triangle "
+                   "with corners so round that the judge reads a circle, or lose a yellow or "
+                   "red object at the start (the VAE's own reconstructions pass 90)")  # fmt: skip
 def test_honours_80_percent_of_100_random_prompts(hundred):
     prompts, videos = hundred
     verdicts = [world.judge_clip(v, p) for v, p in zip(videos, prompts, strict=True)]
@@ -179,29 +173,29 @@ def test_honours_80_percent_of_100_random_prompts(hundred):
     assert score >= MIN_HONOURED
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped weights ignore the direction word: each "
-                   "object moves the same way for all four words, from the side its noise "
-                   "leans to (mirrored noise, mirrored clip): Wan's transformer has no absolute "
-                   "place in a frame, only offsets; a fresh text encoder did not change the "
-                   "clips (README, text to video)")  # fmt: skip
 def test_the_direction_word_decides_which_way_the_object_moves(pipe):
     """``clips.follows_direction``: prompts that differ only in the direction word, each
     object's four from the same noise; the object should travel 6+ pixels the way each word says
-    (the judge's test of motion). Printed beside it, ``clips.follows_the_noise``: where the noise
-    mirrored makes the clip mirrored, the start comes from the noise, not the word."""
+    (the judge's test of motion). The Wan model before this one moved it the way its noise
+    leaned (8 of 16). Printed beside it, ``clips.follows_the_noise`` (where the noise mirrored
+    makes the clip mirrored, the start comes from the noise, not the word: 7 of 8 for Wan) and
+    ``clips.direction_weight``."""
     followed = clips.follows_direction(pipe)
     print(f"16 clips, 4 objects x 4 direction words: {followed}")
+    noise = clips.follows_the_noise(pipe)
     print(f"8 moving prompts from noise and mirrored noise, 4 growing from noise and reversed "
-          f"noise: {clips.follows_the_noise(pipe)}")
+          f"noise: {noise}")
+    print(f"the direction word's weight on the prediction from noise, %: "
+          f"{clips.direction_weight(pipe)}")
     prompts = [f"a large red circle {d} on a black background" for d in world.TRAVEL]
     with torch.no_grad():
-        length = clips.CALL["max_sequence_length"]
         states = pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
-                                    max_sequence_length=length)[0]  # fmt: skip
+                                    clean_caption=False)[0]  # fmt: skip
     for a, b in ((0, 1), (2, 3), (1, 2)):  # left/right, up/down, right/up
         apart = (states[a] - states[b]).norm() / states[b].norm()
         print(f"text states of {prompts[a]!r} and {prompts[b]!r}: {apart:.1%} apart")
     assert followed["the word's way"] >= 14, followed
+    assert noise["mirrored with the noise"] <= 2, noise  # the word, not the noise, picks the side
 
 
 def _save_grid(videos: np.ndarray, every: int = 4) -> None:
@@ -241,7 +235,7 @@ def test_compiled_transformer_compiles_once_per_size_and_explains_the_recompile(
 ):
     import copy
 
-    from diffusers import WanPipeline
+    from diffusers import LattePipeline
 
     from tpu_lab.events import log
 
@@ -251,7 +245,7 @@ def test_compiled_transformer_compiles_once_per_size_and_explains_the_recompile(
     eager = pipe(generator=_seed(3), **kwargs).frames
     transformer = copy.copy(pipe.transformer)
     transformer.compile(backend="tpu", fullgraph=True, dynamic=False)  # the announcement's way
-    compiled = WanPipeline(**{**pipe.components, "transformer": transformer})
+    compiled = LattePipeline(**{**pipe.components, "transformer": transformer})
     compiled.set_progress_bar_config(disable=True)
 
     def events(run):

@@ -2,8 +2,8 @@
 transformer loaded by ``from_pretrained(..., parallel_config=TensorParallelConfig(tp_degree=4))``
 (Diffusers' own ``_tp_plan`` for Flux), unchanged, gives the images of TP=1, in float32 within
 float32 tolerance and in bfloat16 within bfloat16's; each chip holds a quarter of every sharded
-weight. The same for the embedded WanPipeline, whose transformer family has no plan in
-Diffusers: ``clips.WanTransformerTP`` defines one (its feed-forwards split four ways).
+weight. The same for the embedded LattePipeline, whose transformer family has no plan in
+Diffusers: ``clips.LatteTransformerTP`` defines one (its feed-forwards split four ways).
 
 One cluster for the module (one process per simulated v6e chip, about 10 s to start).
 """
@@ -113,12 +113,12 @@ def test_tp4_pipeline_matches_tp1(cluster, tmp_path, dtype, atol):
 
 VIDEO_RECIPE = """
 import torch, torch.distributed as dist
-from diffusers import TensorParallelConfig, WanPipeline
+from diffusers import LattePipeline, TensorParallelConfig
 from tpu_lab.models import clips
-transformer = clips.WanTransformerTP.from_pretrained(
+transformer = clips.LatteTransformerTP.from_pretrained(
     clips.FOLDER, subfolder="transformer", dtype={dtype},
     parallel_config=TensorParallelConfig(tp_degree=4))
-pipe = WanPipeline.from_pretrained(clips.FOLDER, transformer=transformer, dtype={dtype})
+pipe = LattePipeline.from_pretrained(clips.FOLDER, transformer=transformer, dtype={dtype})
 pipe = pipe.to("tpu")
 pipe.set_progress_bar_config(disable=True)
 frames = pipe({prompts!r}, num_inference_steps={steps}, guidance_scale=1.0,
@@ -152,7 +152,7 @@ def test_tp4_video_pipeline_with_its_own_plan_matches_tp1(cluster, tmp_path, dty
     tensors = [*pipe.transformer.parameters(), *pipe.transformer.buffers()]
     whole = sum(t.numel() * t.element_size() for t in tensors)
     ffn = sum(p.numel() * p.element_size() for n, p in pipe.transformer.named_parameters()
-              if ".ffn.net.0." in n or n.endswith(".ffn.net.2.weight"))  # fmt: skip
+              if ".ff.net.0." in n or n.endswith(".ff.net.2.weight"))  # fmt: skip
     # each chip: the attention and the rest whole, a quarter of each feed-forward
     assert whole - ffn < transformer.local_bytes[0] <= whole - ffn + ffn // 4
 

@@ -1,5 +1,5 @@
-"""``tpu-lab demo video``: the text-to-video app (the embedded WanPipeline) served on 127.0.0.1,
-called with gradio_client: prompt in, the clip (an H.264 video of 17 frames) and the judge's
+"""``tpu-lab demo video``: the text-to-video app (the embedded LattePipeline) served on 127.0.0.1,
+called with gradio_client: prompt in, the clip (an H.264 video of 16 frames) and the judge's
 verdict out; in compiled mode one compile, then a recompile with its reason when the size
 changes; on 4 chips the transformer split by its user-defined plan, and what each chip held."""
 
@@ -71,8 +71,12 @@ def test_four_chips_split_the_feed_forwards_and_give_the_one_chip_clip(client):
     held = report["chips"]["transformer"]
     assert len(held) == 4 and len(set(held)) == 1
     assert "On 4 chips (v6e-4, tensor parallel): each chip held transformer:" in html
-    # the same clip, up to H.264 (both encoded alike from frames equal to float32 rounding)
-    assert np.abs(pixels(one).astype(int) - pixels(four).astype(int)).max() <= 2
+    # the same clip up to H.264: frames equal to float32 rounding can still round a pixel to
+    # the next uint8 level, and the encoder then codes a block a little differently
+    apart = np.abs(pixels(one).astype(int) - pixels(four).astype(int))
+    print(f"1 chip against 4, decoded: max {apart.max()}, mean {apart.mean():.4f}, "
+          f"over 2: {(apart > 2).mean():.4%}")
+    assert apart.max() <= 8 and (apart > 2).mean() < 0.001
 
 
 @pytest.mark.parametrize(

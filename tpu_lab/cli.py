@@ -40,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     demos = {
         "image": ("text to image with the embedded Flux pipeline (coloured shapes)",
                   "a local FluxPipeline folder (written by scripts/train_shapes.py)"),
-        "video": ("text to video with the embedded Wan pipeline (shapes in motion)",
-                  "a local WanPipeline folder (written by scripts/train_clips.py)"),
+        "video": ("text to video with the embedded Latte pipeline (shapes in motion)",
+                  "a local LattePipeline folder (written by scripts/train_clips.py)"),
         "digits": ("draw digits with the embedded class-conditional diffusion model",
                    "a local diffusers pipeline folder"),
         "text": ("continue a prompt with the embedded character model",

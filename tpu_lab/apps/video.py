@@ -1,9 +1,9 @@
-"""``tpu-lab demo video``: text to video with the embedded Wan pipeline on the "tpu" device.
+"""``tpu-lab demo video``: text to video with the embedded Latte pipeline on the "tpu" device.
 
 The image demo (:mod:`.prompt`) for :func:`tpu_lab.models.clips.clips_pipeline` (a
-``WanPipeline``): the same inputs (prompt, size, steps, seed, guidance as ``guidance_scale``
+``LattePipeline``): the same inputs (prompt, size, steps, seed, guidance as ``guidance_scale``
 against the empty prompt, display scale, mode, chips; on 4 chips the transformer is loaded as
-``clips.WanTransformerTP`` with its user-defined plan), and out come the clip, played as an
+``clips.LatteTransformerTP`` with its user-defined plan), and out come the clip, played as an
 H.264 video, what the judge of the shapes world sees in it (colour, shape, background, motion)
 and the request's compilations, recompilations (with their reasons), cache statistics and, on 4
 chips, what each chip held.
@@ -15,7 +15,7 @@ from . import entry_points
 from .prompt import SIZES, PromptDemo, PromptRequest, judged
 from .shared import FPS, device_line, enlarge
 
-#: The clip's frame rate (17 frames: about 2 s).
+#: The clip's frame rate (16 frames: 2 s).
 CLIP_FPS = FPS
 EXAMPLE = "a large red circle moving right on a black background"
 
@@ -28,7 +28,7 @@ def judged_clip(frames, prompt: str) -> str:
 
 
 class VideoDemo(PromptDemo):
-    """One WanPipeline, its compiled twin, its 4-chip twin, and the handler."""
+    """One LattePipeline, its compiled twin, its 4-chip twin, and the handler."""
 
     MODEL, OUTPUT, EXAMPLE = "tpu_lab.models.clips", "frames", EXAMPLE
 
@@ -82,13 +82,13 @@ class VideoDemo(PromptDemo):
         from ..models.shapes_world import COLOURS, MOTIONS, SHAPES
 
         return (
-            f"## {self.title}\nA tiny `WanPipeline` trained on clips of a coloured shape in "
+            f"## {self.title}\nA tiny `LattePipeline` trained on clips of a coloured shape in "
             f"motion, on the `tpu` device ({device_line()}). It knows {', '.join(COLOURS)}; "
             f"{', '.join(SHAPES)}; small/large; {', '.join(MOTIONS)} (*turning into* another "
             "colour); black or gray backgrounds. A new **Size** is a new shape for the "
             "transformer: compiled, that is a recompilation, shown below with its reason. "
             "**Chips** 4 loads the transformer with its own tensor-parallel plan (Diffusers "
-            "has none for Wan)."
+            "has none for Latte)."
         )
 
     def defaults(self) -> tuple[int, float]:
@@ -109,5 +109,5 @@ def _video_demo(model, device: str) -> VideoDemo:
     return VideoDemo(clips_pipeline(device=device, path=model), model or FOLDER)
 
 
-build, launch = entry_points(_video_demo, "the embedded shapes video pipeline; else a WanPipeline "
-                             "folder")  # fmt: skip
+build, launch = entry_points(_video_demo, "the embedded shapes video pipeline; else a "
+                             "LattePipeline folder")  # fmt: skip

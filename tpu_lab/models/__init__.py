@@ -2,7 +2,7 @@
 ``from_pretrained`` path loads them: for the tour, the benchmarks and the notebooks; and the
 embedded models, trained here and shipped in the package: the digits model
 (``digits_pipeline``), the character-level text model (``chars_model``), the text-to-image Flux
-pipeline (:mod:`.shapes`) and the text-to-video Wan pipeline (:mod:`.clips`)."""
+pipeline (:mod:`.shapes`) and the text-to-video Latte pipeline (:mod:`.clips`)."""
 
 from __future__ import annotations
 

@@ -1,37 +1,49 @@
-"""The embedded text-to-video model: a tiny Wan pipeline that animates coloured shapes.
+"""The embedded text-to-video model: a tiny Latte pipeline that animates coloured shapes.
 
 Trained by ``scripts/train_clips.py`` (on the "tpu" device) on captioned clips from
 :mod:`tpu_lab.models.shapes_world` (one object moving, growing or changing colour over
 :data:`FRAMES` frames) and shipped in ``tpu_lab/models/clips/`` as an ordinary Diffusers
-``WanPipeline`` folder, every part a standard Hugging Face class in a tiny configuration:
+``LattePipeline`` folder, every part a standard Hugging Face class in a tiny configuration:
 
-- ``transformer/``: ``WanTransformer3DModel`` (4 heads of 48, 4 blocks; patches of 1 frame x 2 x 2
-  latent pixels, so a clip is 17 x 4 x 4 = 272 tokens);
-- ``vae/``: ``AutoencoderKLWan`` with Wan 2.2's ``patch_size=2`` (2x2 pixels into 12 channels)
-  and two levels: a 32x32 frame becomes 8x8 latent pixels of 8 channels. Trained here on single
-  frames, it codes each frame on its own (:func:`build_vae`); no temporal compression, so every
-  one of the 17 frames has its latent;
-- ``text_encoder/`` + ``tokenizer/``: ``UMT5EncoderModel`` with the image model's word-level
-  tokenizer (:func:`tpu_lab.models.shapes.build_tokenizer`);
-- ``scheduler/``: ``FlowMatchEulerDiscreteScheduler`` (rectified flow, as Wan).
+- ``transformer/``: ``LatteTransformer3DModel`` (4 heads of 32, 4 spatial and 4 temporal blocks;
+  patches of 2 x 2 latent pixels, so a frame is 4 x 4 = 16 tokens). Its positions are absolute:
+  sine-cosine embeddings of the place in the frame and of the frame in the clip, added to the
+  tokens, so a token knows which side of the frame it is on. The Wan transformer before it had
+  only rotary positions (offsets between places): it could not tell left from right, and moved
+  the object the way the noise leaned (8 of 16 directions; mirrored noise gave a mirrored clip).
+  Absolute positions let the direction word count once training drew half its times from the
+  noisiest fifth, where the start is decided (``scripts/train_clips.py --high-noise``;
+  :func:`direction_weight` measures the word's pull);
+- ``vae/``: the image model's ``AutoencoderKL`` (:mod:`.shapes`), unchanged: a frame of this
+  world is a picture of the image model's world, and ``LattePipeline`` decodes frame by frame
+  (a 32x32 frame is 8x8 latent pixels of 8 channels);
+- ``text_encoder/`` + ``tokenizer/``: ``T5EncoderModel`` started from the image model's T5 and
+  trained on with the transformer; the image model's word-level tokenizer
+  (:func:`tpu_lab.models.shapes.build_tokenizer`);
+- ``scheduler/``: ``UniPCMultistepScheduler`` with flow sigmas (rectified flow, as Wan 2.1
+  ships it).
+
+Latte predicts a learned variance beside the noise: ``LattePipeline`` keeps the first half of
+the transformer's output channels unless the scheduler learns a variance, so the model has
+2 x 8 output channels, of which training fits the first 8 (the second half is never used).
+LattePipeline pads every prompt to 120 tokens; for one prompt it cuts the text at the prompt's
+end, for several it zeroes the states past each prompt's end. Training shows the model both.
 
 **Its tensor-parallel plan.** Diffusers ships a ``_tp_plan`` for Flux and Qwen-Image, not for
-Wan (only a context-parallel ``_cp_plan``); as the announcement tells users to do, a model
-without one gets one by defining it: :class:`WanTransformerTP` is ``WanTransformer3DModel``
-with :data:`TP_PLAN`, so ``WanTransformerTP.from_pretrained(...,
-parallel_config=TensorParallelConfig(tp_degree=4))`` shards it. The plan shards each block's
-feed-forward (``ffn.net.0.proj`` by columns, ``ffn.net.2`` by rows: one all-reduce per block)
-and keeps attention whole. Wan's attention cannot be split by heads with Diffusers' styles: its
-``norm_q``/``norm_k`` are RMSNorms across *all* heads (over the whole inner dimension), so a
-chip holding a quarter of the heads would normalise by the wrong sum, and ``WanAttnProcessor``
-splits heads by ``attn.heads`` (the global count), not by the head size as Flux's does.
+Latte; as the announcement tells users to do, a model without one gets one by defining it:
+:class:`LatteTransformerTP` is ``LatteTransformer3DModel`` with :data:`TP_PLAN`, so
+``LatteTransformerTP.from_pretrained(..., parallel_config=TensorParallelConfig(tp_degree=4))``
+shards it. The plan shards every block's feed-forward (``ff.net.0.proj`` by columns,
+``ff.net.2`` by rows: one all-reduce per block) and keeps attention whole: Latte's blocks use
+Diffusers' generic ``Attention``, whose processor splits heads by ``attn.heads`` (the global
+count, 4), so a chip holding a quarter of the query columns would cut them into 4 heads of 8
+instead of 1 head of 32 and compute other numbers; Flux's processor splits by the head size and
+shards cleanly.
 
-:func:`clips_pipeline` loads it with ``WanPipeline.from_pretrained``; call it with :data:`CALL`.
-:func:`follows_direction` checks what the shipped weights get wrong most: whether the object
-moves the way the direction word says (they ignore the word: 8 of 16); :func:`follows_the_noise`
-shows why: mirrored noise gives a mirrored clip (the transformer's rotary positions give it
-offsets between places in a frame, no absolute side), while growing survives noise reversed in
-time.
+:func:`clips_pipeline` loads it with ``LattePipeline.from_pretrained``; call it with
+:data:`CALL`. :func:`follows_direction` checks whether the object moves the way the direction
+word says; :func:`follows_the_noise` checks what the model takes from the noise instead
+(mirrored noise, mirrored clip: the Wan model's failure).
 """
 
 from __future__ import annotations
@@ -45,122 +57,94 @@ from . import shapes_world as world
 #: The pipeline folder shipped inside the package, and the script that writes it.
 FOLDER = Path(__file__).with_name("clips")
 SCRIPT = "scripts/train_clips.py"
-#: Frames of a generated clip (:data:`shapes_world.FRAMES`).
+#: Frames of a generated clip (:data:`shapes_world.FRAMES`, Latte's ``video_length``).
 FRAMES = world.FRAMES
-#: Pass these to the pipeline: the size the model was trained at, its prompt length, and the
-#: frame count. Diffusers' WanPipeline rounds ``num_frames`` to ``k * t + 1`` for the VAE's
-#: temporal factor ``t``; this VAE has none (``t`` 1), so it always adds one frame: asking for
-#: 16 gives the 17 the model was trained on (WanPipeline logs that it rounded).
-CALL: dict[str, Any] = {"height": world.SIZE, "width": world.SIZE, "num_frames": FRAMES - 1,
-                        "max_sequence_length": shapes.TOKENS}  # fmt: skip
-#: Denoising steps and guidance (WanPipeline's ``guidance_scale`` with ``negative_prompt=""``)
-#: of the demos and tests: the shipped weights pass the judge on 54 of 100 prompts at guidance 3,
-#: 39 without guidance (1), 49 at guidance 5.
+#: Pass these to the pipeline: the size the model was trained at, the frame count (Latte's
+#: temporal positions are made for exactly this many), and no caption cleaning (LattePipeline's
+#: default asks for bs4 and ftfy and warns without them; these prompts need none).
+CALL: dict[str, Any] = {"height": world.SIZE, "width": world.SIZE, "video_length": FRAMES,
+                        "clean_caption": False}  # fmt: skip
+#: Denoising steps and guidance (LattePipeline's ``guidance_scale`` with ``negative_prompt=""``)
+#: of the demos and tests: the judge passes 75 of 100 random prompts at 3, 67 at 1 (no guidance).
 STEPS = 20
 GUIDANCE = 3.0
 
-#: ``AutoencoderKLWan``: Wan 2.2's 2x2 pixel patches in, two levels (4x smaller: a 32x32 frame
-#: is 8x8 latent pixels of 8 channels), no temporal compression; trained, frame by frame.
+#: Latent channels: the image model's VAE (a 32x32 frame is 8x8 latent pixels of 8 channels).
 Z = 8
-VAE_CONFIG: dict[str, Any] = {
-    "base_dim": 16,
-    "z_dim": Z,
-    "dim_mult": [1, 2],
-    "num_res_blocks": 1,
-    "attn_scales": [],
-    "temperal_downsample": [False],
-    "in_channels": 12,
-    "out_channels": 12,
-    "patch_size": 2,
-    "scale_factor_temporal": 1,
-    "scale_factor_spatial": 4,
-    "latents_mean": [0.0] * Z,
-    "latents_std": [1.0] * Z,
-}
 TRANSFORMER_CONFIG: dict[str, Any] = {
-    "patch_size": (1, 2, 2),
-    # 4 heads of 48: a token carries 8 channels x 2 x 2 latent pixels = 32 values (4 x 4 frame
-    # pixels); the width leaves room beside them for what the model must know (Wan has no skip
-    # from input to output, and the pixel-space design before this one, 192 values a token at
-    # width 192, left noise in every frame and passed the judge on 1 prompt of 100)
     "num_attention_heads": 4,
-    "attention_head_dim": 48,
+    "attention_head_dim": 32,
     "in_channels": Z,
-    "out_channels": Z,
-    "text_dim": 64,  # the UMT5 width
-    "freq_dim": 64,
-    "ffn_dim": 512,
+    "out_channels": 2 * Z,  # the noise and Latte's learned variance (unused, see above)
     "num_layers": 4,
-    "cross_attn_norm": True,
-    "eps": 1e-6,
-    "rope_max_seq_len": 64,
+    "cross_attention_dim": 128,
+    "attention_bias": True,
+    "sample_size": world.SIZE // 4,  # latent pixels a side
+    "patch_size": 2,
+    "activation_fn": "gelu-approximate",
+    "num_embeds_ada_norm": 1000,
+    "norm_type": "ada_norm_single",
+    "norm_elementwise_affine": False,
+    "norm_eps": 1e-6,
+    "caption_channels": shapes.T5_CONFIG["d_model"],
+    "video_length": FRAMES,
 }
-#: The text encoder: the image model's T5 configuration, as UMT5.
-UMT5_CONFIG = shapes.T5_CONFIG
-SCHEDULER_CONFIG = shapes.SCHEDULER_CONFIG
+#: Rectified flow through UniPC (the transformer predicts ``noise - x_0``; timesteps are
+#: ``1000 t``).
+SCHEDULER_CONFIG: dict[str, Any] = {
+    "num_train_timesteps": 1000,
+    "use_flow_sigmas": True,
+    "prediction_type": "flow_prediction",
+    "flow_shift": 1.0,
+}
 
-#: The user-defined tensor-parallel plan of :class:`WanTransformerTP` (see the module's text).
+#: The user-defined tensor-parallel plan of :class:`LatteTransformerTP` (see the module's text).
 TP_PLAN: dict[str, str] = {
-    "blocks.*.ffn.net.0.proj": "colwise",
-    "blocks.*.ffn.net.2": "rowwise",
+    f"{blocks}.*.ff.{layer}": style
+    for blocks in ("transformer_blocks", "temporal_transformer_blocks")
+    for layer, style in (("net.0.proj", "colwise"), ("net.2", "rowwise"))
 }
 
 
 def _tp_class():
-    """:class:`WanTransformerTP`, made on first use (it subclasses a Diffusers class, and
+    """:class:`LatteTransformerTP`, made on first use (it subclasses a Diffusers class, and
     importing this module does not import Diffusers)."""
-    cls = globals().get("WanTransformerTP")
+    cls = globals().get("LatteTransformerTP")
     if cls is None:
-        from diffusers import WanTransformer3DModel
+        from diffusers import LatteTransformer3DModel
 
-        class WanTransformerTP(WanTransformer3DModel):
-            """``WanTransformer3DModel`` with a tensor-parallel plan (:data:`TP_PLAN`)."""
+        class LatteTransformerTP(LatteTransformer3DModel):
+            """``LatteTransformer3DModel`` with a tensor-parallel plan (:data:`TP_PLAN`)."""
 
             _tp_plan = TP_PLAN
 
-        WanTransformerTP.__module__ = __name__
-        cls = globals()["WanTransformerTP"] = WanTransformerTP
+        LatteTransformerTP.__module__ = __name__
+        cls = globals()["LatteTransformerTP"] = LatteTransformerTP
     return cls
 
 
 def __getattr__(name: str):
-    if name == "WanTransformerTP":
+    if name == "LatteTransformerTP":
         return _tp_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def build_vae(seed: int = 0):
-    """An untrained ``AutoencoderKLWan`` of :data:`VAE_CONFIG` that works frame by frame: in each
-    causal 3x3x3 convolution the two taps that read earlier frames are zero. Trained on single
-    frames (``scripts/train_clips.py``), they stay zero (a lone frame's causal padding is zero,
-    so their gradient is), and the VAE then codes every frame of a clip on its own."""
-    import torch
-    from diffusers import AutoencoderKLWan
-
-    torch.manual_seed(seed)
-    vae = AutoencoderKLWan(**VAE_CONFIG)
-    with torch.no_grad():
-        for module in vae.modules():
-            if isinstance(module, torch.nn.Conv3d) and module.kernel_size[0] == 3:
-                module.weight[:, :, :2] = 0.0
-    return vae
-
-
 def build_components(seed: int = 0) -> dict[str, Any]:
-    """Untrained components of the pipeline (random weights, seeded), as WanPipeline takes
-    them (the VAE's ``latents_mean``/``latents_std`` are set once it is trained)."""
+    """The pipeline's components before training, as LattePipeline takes them: a fresh
+    transformer (random weights, seeded), and the embedded image model's VAE and T5 text
+    encoder."""
     import torch
-    from diffusers import FlowMatchEulerDiscreteScheduler, WanTransformer3DModel
-    from transformers import UMT5Config, UMT5EncoderModel
+    from diffusers import AutoencoderKL, LatteTransformer3DModel, UniPCMultistepScheduler
+    from transformers import T5EncoderModel
 
-    tokenizer = shapes.build_tokenizer()
+    folder = shapes.FOLDER
     torch.manual_seed(seed)
     return {
-        "tokenizer": tokenizer,
-        "text_encoder": UMT5EncoderModel(UMT5Config(vocab_size=len(tokenizer), **UMT5_CONFIG)),
-        "vae": build_vae(seed),
-        "scheduler": FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG),
-        "transformer": WanTransformer3DModel(**TRANSFORMER_CONFIG),
+        "tokenizer": shapes.build_tokenizer(),
+        "text_encoder": T5EncoderModel.from_pretrained(folder / "text_encoder_2"),
+        "vae": AutoencoderKL.from_pretrained(folder / "vae"),
+        "scheduler": UniPCMultistepScheduler(**SCHEDULER_CONFIG),
+        "transformer": LatteTransformer3DModel(**TRANSFORMER_CONFIG),
     }
 
 
@@ -173,7 +157,7 @@ def _noise(count: int, seed: int):
     """Initial latents for ``count`` clips, ``(count, Z, FRAMES, 8, 8)``."""
     import torch
 
-    latent = world.SIZE // VAE_CONFIG["scale_factor_spatial"]
+    latent = TRANSFORMER_CONFIG["sample_size"]
     return torch.randn((count, Z, FRAMES, latent, latent),
                        generator=torch.Generator().manual_seed(seed))  # fmt: skip
 
@@ -243,20 +227,46 @@ def follows_the_noise(pipe, seed: int = 7, guidance: float = GUIDANCE) -> dict[s
     return counts
 
 
+def direction_weight(pipe, t: float = 0.999, n: int = 8, seed: int = 0) -> dict[str, float]:
+    """How much the transformer's prediction from (nearly) pure noise, at time ``t``, changes
+    when one word of "a large red circle moving right on a black background" changes:
+    "right/left" (the direction: which side the object starts from) and "right/up" (the axis),
+    each the relative difference over ``n`` noises, in percent. Near 0 for "right/left": the
+    transformer does not let the direction word decide where the object starts."""
+    import torch
+
+    channels = pipe.transformer.config.in_channels
+    noise = _noise(n, seed).to(pipe.device)
+    timestep = torch.full((n,), t * 1000, device=pipe.device)
+
+    def predict(word: str):
+        prompts = [f"a large red circle moving {word} on a black background"] * n
+        states = pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
+                                    clean_caption=False, device=pipe.device)[0]  # fmt: skip
+        return pipe.transformer(hidden_states=noise, timestep=timestep,
+                                encoder_hidden_states=states,
+                                return_dict=False)[0][:, :channels]  # fmt: skip
+
+    with torch.no_grad():
+        right, left, up = (predict(w) for w in ("right", "left", "up"))
+    return {f"right/{w}": round(100 * float((right - o).norm() / right.norm()), 2)
+            for w, o in (("left", left), ("up", up))}  # fmt: skip
+
+
 def clips_pipeline(device: str = "tpu", path: str | Path | None = None, **kwargs):
-    """The embedded video pipeline: ``WanPipeline.from_pretrained`` on the package's folder (or
-    ``path``), moved to ``device``; keyword arguments go to ``from_pretrained``. Call it with
+    """The embedded video pipeline: ``LattePipeline.from_pretrained`` on the package's folder
+    (or ``path``), moved to ``device``; keyword arguments go to ``from_pretrained``. Call it with
     :data:`CALL`: ``pipe("a small red circle moving right on a black background", **CALL)``
-    gives ``.frames[0]``, 17 frames of 32x32."""
-    return shapes.load_pipeline("WanPipeline", path or FOLDER, SCRIPT, device, **kwargs)
+    gives ``.frames[0]``, 16 frames of 32x32."""
+    return shapes.load_pipeline("LattePipeline", path or FOLDER, SCRIPT, device, **kwargs)
 
 
 def tp_pipeline(path: str | Path | None = None, tp_degree: int = 4, device: str = "tpu",
                 **kwargs):  # fmt: skip
     """The announcement's recipe for a model without a plan in Diffusers, to run on every rank
-    of a cluster: the transformer loaded as :class:`WanTransformerTP` (``WanTransformer3DModel``
-    plus :data:`TP_PLAN`) with ``parallel_config=TensorParallelConfig(tp_degree=tp_degree)``,
-    into the pipeline, moved to ``device``. Keyword arguments (``dtype=``) go to both
-    ``from_pretrained`` calls."""
-    return shapes.load_pipeline("WanPipeline", path or FOLDER, SCRIPT, device, _tp_class(),
+    of a cluster: the transformer loaded as :class:`LatteTransformerTP`
+    (``LatteTransformer3DModel`` plus :data:`TP_PLAN`) with
+    ``parallel_config=TensorParallelConfig(tp_degree=tp_degree)``, into the pipeline, moved to
+    ``device``. Keyword arguments (``dtype=``) go to both ``from_pretrained`` calls."""
+    return shapes.load_pipeline("LattePipeline", path or FOLDER, SCRIPT, device, _tp_class(),
                                 tp_degree, **kwargs)  # fmt: skip

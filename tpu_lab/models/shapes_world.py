@@ -25,7 +25,7 @@ import numpy as np
 #: Pixels per side of the images and video frames the models were trained on.
 SIZE = 32
 #: Frames of a clip (what the video pipeline makes: see tpu_lab.models.clips.CALL).
-FRAMES = 17
+FRAMES = 16
 #: Object colours (RGB), in token order.
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (230, 40, 40),
