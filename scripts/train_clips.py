@@ -50,13 +50,11 @@ from tpu_lab.models import clips, shapes_world
 PROMPT_TOKENS = 120
 
 
-def clip_data(n: int, seed: int,
-              frames: int = shapes_world.FRAMES) -> tuple[torch.Tensor, list[str]]:  # fmt: skip
-    """``n`` random clips of ``frames`` frames as ``(n, 3, frames, 32, 32)`` floats in [-1, 1]
-    and their captions."""
+def clip_data(n: int, seed: int) -> tuple[torch.Tensor, list[str]]:
+    """``n`` random clips as ``(n, 3, 16, 32, 32)`` floats in [-1, 1] and their captions."""
     rng = random.Random(seed)
     drawn = [shapes_world.sample_clip(rng) for _ in range(n)]
-    pixels = np.stack([shapes_world.render_clip(c, frames) for c in drawn])  # (n, T, H, W, 3)
+    pixels = np.stack([shapes_world.render_clip(c) for c in drawn])  # (n, T, H, W, 3)
     videos = torch.from_numpy(pixels).permute(0, 4, 1, 2, 3).float() / 127.5 - 1
     return videos, [shapes_world.clip_caption(c) for c in drawn]
 
