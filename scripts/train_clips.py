@@ -26,10 +26,11 @@ wall-clock budget; an exponential moving average of the weights is saved. ``--re
 continues from a saved pipeline; ``training.json`` lists every run.
 
 At the end the saved pipeline is loaded back with ``LattePipeline.from_pretrained`` and judged on
-``--prompts`` random prompts (``shapes_world.judge_clip``) at guidance 1 and 3, the first
-failure of each miss counted by kind (a clip that "moved -N px" went the wrong way), and
-``training.json`` records the run with the direction word's weight before and after it
-(``clips.direction_weight``).
+``--prompts`` random prompts (``shapes_world.judge_clip``) at guidance 1 and ``clips.GUIDANCE``,
+the first failure of each miss counted by kind (a clip that "moved -N px" went the wrong way),
+and ``training.json`` records the run with the direction word's weight before and after it
+(``clips.direction_weight``). ``scripts/tune_clips.py`` chooses the guidance and the scheduler's
+shift on other prompts than the judge's.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from diffusers import LattePipeline
+from diffusers import LattePipeline, UniPCMultistepScheduler
 from train_shapes import earlier_runs, judge_and_record, log, noised, parse, save, train, untie
 from train_shapes import encode as encode_images
 
@@ -94,11 +95,15 @@ def train_latte(parts, latents, captions, seconds, batch, lr, device, high=0.0, 
 
 
 def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: int = clips.STEPS,
-              guidance: float = clips.GUIDANCE) -> float:
-    """The share of ``n`` random prompts (from ``seed``) that the saved pipeline honours; the
-    misses' first failures are printed by kind."""
+              guidance: float = clips.GUIDANCE, shift: float | None = None) -> float:
+    """The share of ``n`` random prompts (from ``seed``) that the saved pipeline honours, its
+    scheduler's ``flow_shift`` replaced by ``shift`` if given; the misses' first failures are
+    printed by kind."""
     pipe = clips.clips_pipeline(device=device, path=folder)
     pipe.set_progress_bar_config(disable=True)
+    if shift is not None:
+        pipe.scheduler = UniPCMultistepScheduler.from_config(pipe.scheduler.config,
+                                                             flow_shift=shift)  # fmt: skip
     rng = random.Random(seed)
     prompts = [shapes_world.clip_caption(shapes_world.sample_clip(rng)) for _ in range(n)]
     verdicts = []
@@ -141,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     after = clips.direction_weight(pipe)
     log(f"the direction word's weight from noise (%): before {before}, after {after}")
     save(pipe, args.out)
-    judge_and_record(args, judge_run, (1.0, 3.0), "clips", seconds, steps, history, earlier,
-                     {"high_noise": args.high_noise or None,
-                      "word_weight_percent": {"before": before, "after": after}})
+    judge_and_record(args, judge_run, (1.0, clips.GUIDANCE), "clips", seconds, steps, history,
+                     earlier, {"high_noise": args.high_noise or None,
+                               "word_weight_percent": {"before": before, "after": after}})
     return 0
 
 

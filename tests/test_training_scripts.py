@@ -4,7 +4,8 @@ on the "tpu" device, save a folder that ``from_pretrained`` loads, judge it, and
 continues from it with every run on record; for the image model, ``--vae-from`` starts a fresh
 transformer on a saved VAE and ``--decoder-minutes`` trains that VAE's decoder further without
 touching its encoder (the video model takes the image model's VAE as it is); bad arguments are
-refused before any work."""
+refused before any work. ``scripts/tune_clips.py`` judges a grid of the video model's sampling
+settings."""
 
 from __future__ import annotations
 
@@ -94,6 +95,32 @@ def test_clips_start_from_the_image_models_vae_and_text_encoder(tmp_path):
     resumed = json.loads((second / "training.json").read_text())
     assert resumed["high_noise"] == 0.5 and "high_noise" not in record
     assert resumed["word_weight_percent"]["before"] == record["word_weight_percent"]["after"]
+
+
+def _tune(*extra: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, str(ROOT / "scripts" / "tune_clips.py"), "--threads", "1", *extra]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def test_tune_clips_judges_a_grid_of_settings_on_other_prompts_than_the_tests(tmp_path):
+    """``scripts/tune_clips.py`` on the shipped model, 2 prompts of 2 seeds per cell: a table of
+    guidance by shift, each cell the prompts honoured of 4, and the best and shipped settings;
+    the tests' own prompt set and bad values are refused with the reason."""
+    run = _tune("--prompts", "2", "--steps", "2", "--guidance", "1", "2", "--shift", "1", "3",
+                "--seeds", "1", "2")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    table = run.stdout.split("prompts honoured of 4", 1)[1].splitlines()
+    assert table[1].split() == ["guidance", "shift", "1", "shift", "3"]
+    rows = {float(line.split()[0]): [int(c) for c in line.split()[1:]] for line in table[2:4]}
+    assert set(rows) == {1.0, 2.0} and all(0 <= c <= 4 for r in rows.values() for c in r)
+    assert "best: guidance" in run.stdout and "shipped: guidance" in run.stdout
+    for argv, reason in (((str(tmp_path),), "no model_index.json"),
+                         (("--seeds", "1234"), "tune on other seeds"),
+                         (("--guidance", "0.5"), "not classifier-free guidance"),
+                         (("--shift", "0"), "must be above 0"),
+                         (("--prompts", "0"), "at least 1")):  # fmt: skip
+        run = _tune(*argv)
+        assert run.returncode == 2 and reason in run.stderr, (argv, run.stderr[-500:])
 
 
 def _encoder_and_decoder(folder: Path) -> tuple[dict, dict]:
