@@ -119,13 +119,14 @@ print("largest difference compiled vs eager:", (compiled - eager).abs().max().it
 
 The second embedded model is a tiny `LattePipeline` trained on clips of one shape moving,
 growing or turning into another colour (`scripts/train_clips.py`): a `LatteTransformer3DModel`
-(spatial and temporal blocks in turn), the image model's VAE and word-level tokenizer, a
+(spatial and temporal blocks in turn), the image model's VAE (its decoder tuned on the clips'
+frames) and word-level tokenizer, a
 `T5EncoderModel` started from the image model's, and `UniPCMultistepScheduler` with flow sigmas
 (rectified flow). Latte adds absolute positions to its tokens (sine-cosine embeddings of the
 place in the frame and of the frame in the clip), so it knows where left is: the Wan transformer
 this model replaced had only offsets between places, and moved the object the way its noise
 leaned, whatever the direction word said. Its guidance is LattePipeline's `guidance_scale`
-(`clips.GUIDANCE`, 3); the judge passes 79 of 100 random prompts, and every object moves the way
+(`clips.GUIDANCE`, 3); the judge passes 84 of 100 random prompts, and every object moves the way
 its direction word says (16 of 16 from shared noise), which the Wan model did only by chance.
 `clips.CALL` holds its size and frame count (16: Latte's temporal positions are made for
 exactly that many) and turns off LattePipeline's caption cleaning (which wants `bs4` and

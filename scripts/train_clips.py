@@ -3,13 +3,15 @@ into the package.
 
     nice python scripts/train_clips.py --minutes 80                   # tpu_lab/models/clips/
     nice python scripts/train_clips.py --resume tpu_lab/models/clips --high-noise 0.5 --minutes 60
+    nice python scripts/train_clips.py --resume tpu_lab/models/clips --decoder-minutes 10 \
+        --decoder-noise 0.3 --minutes 0 --clips 2000      # the VAE's decoder only
     python scripts/train_clips.py --minutes 2 --out /tmp/clips --device cpu
 
 Data: clips of one coloured shape moving, growing or changing colour, drawn and captioned by
 ``tpu_lab.models.shapes_world`` (a fresh set of ``--clips`` clips from ``--seed``), 16 frames of
 32x32 RGB. The pipeline (``clips.build_components``): a fresh ``LatteTransformer3DModel``, the
-embedded image model's ``AutoencoderKL`` as it is (a frame of this world is one of its
-pictures; LattePipeline decodes frame by frame) and its T5 as the text encoder's start, its
+embedded image model's ``AutoencoderKL`` (a frame of this world is one of its pictures;
+LattePipeline decodes frame by frame) and its T5 as the text encoder's start, its
 word-level tokenizer, ``UniPCMultistepScheduler`` with flow sigmas. Trained on ``--device``: the
 transformer together with the T5 on the clips' latents (the VAE's posterior means times its
 ``scaling_factor``, as LattePipeline divides them before decoding), by rectified flow as
@@ -23,7 +25,12 @@ one prompt cut at its end, several padded to 120 tokens with the states past eac
 (half the batches each way), and 10% of captions empty (the ``negative_prompt=""`` states,
 unzeroed), which is what ``guidance_scale`` needs. AdamW with warm-up and cosine decay over a
 wall-clock budget; an exponential moving average of the weights is saved. ``--resume FOLDER``
-continues from a saved pipeline; ``training.json`` lists every run.
+continues from a saved pipeline; ``training.json`` lists every run. With ``--resume``,
+``--decoder-minutes M`` first trains the saved VAE's decoder for ``M`` minutes on the clips'
+frames (its encoder frozen, so the latents the transformer learned stay as they were;
+``--decoder-noise`` adds noise to its latents, so that it learns to draw clean shapes from
+latents a little off, as the transformer's are) and records how many of 100 random clips'
+reconstructions the judge passes; ``--minutes 0`` then leaves the transformer as it was.
 
 At the end the saved pipeline is loaded back with ``LattePipeline.from_pretrained`` and judged on
 ``--prompts`` random prompts (``shapes_world.judge_clip``) at guidance 1 and ``clips.GUIDANCE``,
@@ -41,7 +48,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from diffusers import LattePipeline, UniPCMultistepScheduler
-from train_shapes import earlier_runs, judge_and_record, log, noised, parse, save, train, untie
+from train_shapes import (
+    decoder_stage,
+    earlier_runs,
+    judge_and_record,
+    log,
+    noised,
+    parse,
+    save,
+    train,
+    untie,
+)
 from train_shapes import encode as encode_images
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
@@ -94,6 +111,18 @@ def train_latte(parts, latents, captions, seconds, batch, lr, device, high=0.0, 
     return train(modules, batch_loss, seconds, lr, device, log, "latte")
 
 
+@torch.no_grad()
+def judge_reconstructions(vae, n: int = 100, seed: int = 4321) -> float:
+    """The share of ``n`` random clips whose reconstructions (frame by frame, as LattePipeline
+    decodes) the clip judge passes."""
+    videos, captions = clip_data(n, seed)
+    frames = videos.transpose(1, 2).flatten(0, 1)
+    out = torch.cat([vae.decode(z).sample for z in encode_images(vae, frames).split(400)])
+    pixels = ((out.reshape(n, -1, *out.shape[1:]).permute(0, 1, 3, 4, 2) + 1) / 2).numpy()
+    passed = [shapes_world.judge_clip(p, c) for p, c in zip(pixels, captions, strict=True)]
+    return sum(map(bool, passed)) / n
+
+
 def judge_run(folder: Path, device: str, n: int = 100, seed: int = 1234, steps: int = clips.STEPS,
               guidance: float = clips.GUIDANCE, shift: float | None = None) -> float:
     """The share of ``n`` random prompts (from ``seed``) that the saved pipeline honours, its
@@ -122,16 +151,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(__doc__, argv, data="clips", count=8000, batch=8, out=clips.FOLDER,
                  shares=[("--high-noise", 0.0, "the share of training times drawn from the "
                           "noisiest fifth, [0.8, 1), where the layout is decided")])  # fmt: skip
-    if args.vae_from is not None or args.decoder_minutes > 0:
-        raise SystemExit("the video model keeps the image model's VAE as it is: drop --vae-from "
-                         "and --decoder-minutes")  # fmt: skip
+    if args.vae_from is not None:
+        raise SystemExit("the video model starts from the image model's VAE: drop --vae-from "
+                         "(--resume FOLDER --decoder-minutes M tunes a saved decoder)")
     parts = clips.build_components(args.seed)
-    earlier = earlier_runs(args.resume)
+    earlier, decoder_run = earlier_runs(args.resume), None
+    videos, captions = clip_data(args.count, args.seed)
     if args.resume is not None:
         saved = LattePipeline.from_pretrained(args.resume)
-        parts["transformer"], parts["text_encoder"] = saved.transformer, saved.text_encoder
+        for name in ("transformer", "text_encoder", "vae"):
+            parts[name] = getattr(saved, name)
         log(f"resuming {args.resume} ({len(earlier)} earlier run(s))")
-    videos, captions = clip_data(args.count, args.seed)
+        parts["vae"], decoder_run = decoder_stage(args, parts["vae"],
+                                                  videos.transpose(1, 2).flatten(0, 1),
+                                                  judge_reconstructions)  # fmt: skip
     latents = latents_of(parts["vae"], videos)
     del videos
     log(f"latents {tuple(latents.shape)}: mean {latents.mean():.3f}, spread {latents.std():.3f}")
@@ -147,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"the direction word's weight from noise (%): before {before}, after {after}")
     save(pipe, args.out)
     judge_and_record(args, judge_run, (1.0, clips.GUIDANCE), "clips", seconds, steps, history,
-                     earlier, {"high_noise": args.high_noise or None,
+                     earlier, {"high_noise": args.high_noise or None, "decoder": decoder_run,
                                "word_weight_percent": {"before": before, "after": after}})
     return 0
 

@@ -106,11 +106,14 @@ def train_vae(vae, images: torch.Tensor, seconds: float, device: str, batch: int
 
 
 def tune_decoder(vae, images: torch.Tensor, seconds: float, device: str, batch: int = 32,
-                 lr: float = 3e-4):  # fmt: skip
+                 lr: float = 3e-4, noise: float = 0.0):  # fmt: skip
     """``--decoder-minutes``: a saved VAE's decoder trained further (L1 + squared error) on what
     its encoder makes of random ``images`` (the posterior means, as the transformer learned
     them). The encoder is frozen, so the latents the transformer learned stay what they were.
-    Returns the average of the VAE's weights, the loss history, the seconds and the steps."""
+    ``noise`` (``--decoder-noise``) adds Gaussian noise to each example's latents, its spread
+    drawn between 0 and ``noise`` times the latents' spread, so that the decoder learns to draw
+    the clean picture from latents a little off, as a transformer's are. Returns the average of
+    the VAE's weights, the loss history, the seconds and the steps."""
     vae.requires_grad_(False)
     for part in (vae.decoder, vae.post_quant_conv):
         if part is not None:
@@ -120,6 +123,8 @@ def tune_decoder(vae, images: torch.Tensor, seconds: float, device: str, batch: 
         x = images[torch.randint(0, len(images), (batch,))].to(device)
         with torch.no_grad():
             z = vae.encode(x).latent_dist.mode()
+            spread = noise * z.std() * torch.rand(len(z), 1, 1, 1, device=z.device)
+            z = z + spread * torch.randn_like(z)
         out = vae.decode(z).sample
         return torch.nn.functional.l1_loss(out, x) + torch.nn.functional.mse_loss(out, x)
 
@@ -133,8 +138,10 @@ def decoder_stage(args, vae, images: torch.Tensor, judge) -> tuple:
     reconstructions passed."""
     if args.decoder_minutes <= 0:
         return vae, None
-    vae, history, spent, steps = tune_decoder(vae, images, args.decoder_minutes * 60, args.device)
-    run = {"minutes": args.decoder_minutes, "steps": steps, "seconds": round(spent, 1),
+    vae, history, spent, steps = tune_decoder(vae, images, args.decoder_minutes * 60, args.device,
+                                              noise=args.decoder_noise)  # fmt: skip
+    run = {"minutes": args.decoder_minutes, "noise": args.decoder_noise,
+           "steps": steps, "seconds": round(spent, 1),
            "loss": history, "judge_100_reconstructions": judge(vae)}  # fmt: skip
     log(f"decoder: the judge passes {run['judge_100_reconstructions']:.2f} of 100 reconstructions")
     return vae, run
@@ -261,6 +268,9 @@ def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path,
     p.add_argument("--decoder-minutes", type=float, default=0.0,
                    help="with --resume or --vae-from: first train the saved VAE's decoder further "
                    "(its encoder, and so the latents, unchanged) (minutes)")  # fmt: skip
+    p.add_argument("--decoder-noise", type=float, default=0.0,
+                   help="with --decoder-minutes: the most noise added to the decoder's latents, "
+                   "as a share of their spread (the decoder learns to draw latents a little off)")
     p.add_argument("--batch", type=int, default=batch)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -289,6 +299,9 @@ def parse(doc: str, argv, *, data: str, count: int, batch: int, out: Path,
         p.error(f"--prompts {args.prompts}: judge at least 1 prompt")
     if args.resume is not None and args.vae_from is not None:
         p.error("--resume keeps the saved VAE already: give --resume or --vae-from, not both")
+    if args.decoder_noise < 0 or (args.decoder_noise > 0 and args.decoder_minutes <= 0):
+        p.error(f"--decoder-noise {args.decoder_noise}: give a share of 0 or more, and "
+                "--decoder-minutes to train the decoder with it")  # fmt: skip
     if args.decoder_minutes > 0 and args.resume is None and args.vae_from is None:
         p.error("--decoder-minutes tunes a saved VAE: give --resume or --vae-from (a fresh "
                 "start trains its VAE for --vae-minutes)")  # fmt: skip

@@ -2,11 +2,12 @@
 
 - the shipped folder is an ordinary LattePipeline folder loaded offline by ``from_pretrained``;
   its transformer gets the user-defined tensor-parallel plan through ``clips.LatteTransformerTP``;
-- the VAE is the image model's, and its reconstructions of the clips' frames set the ceiling of
-  what the judge can pass;
+- the VAE encodes as the image model's (its encoder, byte for byte) and decodes with a decoder
+  trained further on the clips' frames; its reconstructions of the clips set the ceiling of what
+  the judge can pass;
 - the model should honour at least 80% of 100 random prompts (``shapes_world.judge_clip``:
-  colour, shape, background, and the motion); the shipped weights do NOT (79 of 100: an expected
-  failure, see the test); they move the object the way the direction word says (16 of 16);
+  colour, shape, background, and the motion): the shipped weights pass 84; they move the object
+  the way the direction word says (16 of 16);
   frames of 10 clips are kept as
   tests/artifacts/clips_grid.png: look at it;
 - the "tpu" device gives the CPU's clips; the transformer compiled the announcement's way gives
@@ -33,8 +34,9 @@ from tpu_lab.models import clips  # noqa: E402
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 MIN_HONOURED = 0.80
-#: Of 100 random clips, how many the VAE's reconstructions must keep judged right (measured: 90).
-RECONSTRUCTED_MIN = 80
+#: Of 100 random clips, how many the VAE's reconstructions must keep judged right (measured: 95
+#: with the decoder tuned on clips, 90 with the image model's).
+RECONSTRUCTED_MIN = 90
 
 
 def _seed(n: int = 0) -> torch.Generator:
@@ -71,7 +73,9 @@ def test_shipped_folder_is_a_small_latte_pipeline():
     assert size < 10 * 2**20, size  # 8.2 MB transformer, 1.0 MB VAE, 0.3 MB text encoder
 
 
-def test_the_vae_is_the_image_models():
+def test_the_vae_encodes_as_the_image_models_and_its_decoder_was_tuned_on_clips():
+    """The encoder is the image model's, byte for byte (the latents the transformer learned);
+    the decoder differs, and ``training.json`` records the run that tuned it."""
     from safetensors.torch import load_file
 
     from tpu_lab.models import shapes
@@ -79,7 +83,12 @@ def test_the_vae_is_the_image_models():
     name = "vae/diffusion_pytorch_model.safetensors"
     ours, theirs = load_file(clips.FOLDER / name), load_file(shapes.FOLDER / name)
     assert ours.keys() == theirs.keys()
-    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    decoder = {k for k in ours if k.startswith(("decoder.", "post_quant_conv."))}
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours.keys() - decoder)
+    assert any(not torch.equal(ours[k], theirs[k]) for k in decoder)
+    record = json.loads((clips.FOLDER / "training.json").read_text())
+    tuned = [run["decoder"] for run in (*record["runs"], record) if run.get("decoder")]
+    assert len(tuned) == 1 and tuned[0]["steps"] > 0
 
 
 def test_loads_offline_and_the_tp_class_adds_only_the_plan(monkeypatch):
@@ -119,7 +128,7 @@ def _clips(n: int, seed: int = 99) -> tuple[torch.Tensor, list[str]]:
 
 def test_the_vae_reconstructs_what_the_judge_checks(pipe):
     """The ceiling the VAE sets: its reconstructions of 100 random clips, frame by frame as
-    LattePipeline decodes them, judged (90 of 100 for the image model's VAE)."""
+    LattePipeline decodes them, judged (95 of 100; 90 with the image model's decoder)."""
     videos, captions = _clips(100)
     vae = pipe.vae
     with torch.no_grad():
@@ -160,13 +169,10 @@ def test_clips_have_the_frames_and_the_colours(hundred):
     assert background >= 90 and colour >= 70
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped weights (40,360 transformer steps in 275 "
-                   "minutes on 2 cores, 195 of them with a share of the training times drawn "
-                   "from the noisiest fifth) honour 79 of 100 (82% of 200 other prompts): most "
-                   "misses draw a triangle or a square with corners so round that the judge "
-                   "reads a circle, or lose the object at the start (the VAE's own "
-                   "reconstructions pass 90)")  # fmt: skip
 def test_honours_80_percent_of_100_random_prompts(hundred):
+    """Measured: 84 of 100 (the transformer's 275 minutes of training, then 10 minutes of the
+    VAE's decoder on the clips' frames; 79 with the image model's decoder); the misses, by kind:
+    10 objects lost at the start or the end, 6 shapes read as another."""
     prompts, videos = hundred
     verdicts = [world.judge_clip(v, p) for v, p in zip(videos, prompts, strict=True)]
     score = float(np.mean([bool(v) for v in verdicts]))

@@ -3,8 +3,9 @@
 on the "tpu" device, save a folder that ``from_pretrained`` loads, judge it, and ``--resume``
 continues from it with every run on record; for the image model, ``--vae-from`` starts a fresh
 transformer on a saved VAE and ``--decoder-minutes`` trains that VAE's decoder further without
-touching its encoder (the video model takes the image model's VAE as it is); bad arguments are
-refused before any work. ``scripts/tune_clips.py`` judges a grid of the video model's sampling
+touching its encoder (the video model starts from the image model's VAE, and ``--resume
+--decoder-minutes`` tunes its decoder on the clips' frames); bad arguments are refused before any
+work. ``scripts/tune_clips.py`` judges a grid of the video model's sampling
 settings."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Per script: its data option and a small count (the default draws thousands), and the image
-#: model's VAE stage, seconds too (the video model has none: it takes the image model's VAE).
+#: model's VAE stage, seconds too (the video model has none: it starts from the image model's).
 SCRIPTS = {"train_shapes.py": ("--scenes", "64", "--vae-minutes", "0.05"),
            "train_clips.py": ("--clips", "16")}  # fmt: skip
 
@@ -64,10 +65,17 @@ def test_trains_saves_judges_and_resumes(script, tmp_path):
         assert "_name_or_path" not in json.loads(config.read_text()), config
 
 
+def _encoder_and_decoder(folder: Path) -> tuple[dict, dict]:
+    weights = load_file(folder / "vae" / "diffusion_pytorch_model.safetensors")
+    decoder = {k: v for k, v in weights.items() if k.startswith(("decoder.", "post_quant_conv."))}
+    return {k: v for k, v in weights.items() if k not in decoder}, decoder
+
+
 def test_clips_start_from_the_image_models_vae_and_text_encoder(tmp_path):
     """A fresh video model: the embedded image model's VAE, unchanged, and its T5 as the text
     encoder's start (after a few steps nearer it than a fresh T5 is); the direction word's weight
-    on record before and after; ``--high-noise`` on record when a resumed run uses it."""
+    on record before and after; a resumed run with ``--high-noise`` and ``--decoder-minutes``
+    records both, and its VAE keeps the encoder (so the latents) and has a trained decoder."""
     from transformers import T5Config, T5EncoderModel
 
     from tpu_lab.models import shapes
@@ -90,11 +98,21 @@ def test_clips_start_from_the_image_models_vae_and_text_encoder(tmp_path):
         return sum(float((a[k] - b[k]).norm()) for k in new)
 
     assert new.keys() == image.keys() and apart(new, image) < apart(new, fresh) / 10
-    run = _train("train_clips.py", second, "--resume", str(first), "--high-noise", "0.5")
+    run = _train("train_clips.py", second, "--resume", str(first), "--high-noise", "0.5",
+                 "--decoder-minutes", "0.05", "--decoder-noise", "0.3")  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
+    assert "decoder: the judge passes" in run.stdout
     resumed = json.loads((second / "training.json").read_text())
     assert resumed["high_noise"] == 0.5 and "high_noise" not in record
     assert resumed["word_weight_percent"]["before"] == record["word_weight_percent"]["after"]
+    tuned = resumed["decoder"]
+    assert tuned["steps"] > 0 and 0.0 <= tuned["judge_100_reconstructions"] <= 1.0
+    assert tuned["noise"] == 0.3
+    spent = record["seconds"] + resumed["seconds"] + tuned["seconds"]
+    assert resumed["total_seconds"] == pytest.approx(spent, abs=0.2)
+    (encoder, decoder), (encoder2, decoder2) = map(_encoder_and_decoder, (first, second))
+    assert all(encoder[k].equal(encoder2[k]) for k in encoder), "the encoder moved"
+    assert any(not decoder[k].equal(decoder2[k]) for k in decoder), "the decoder did not train"
 
 
 def _tune(*extra: str) -> subprocess.CompletedProcess:
@@ -121,12 +139,6 @@ def test_tune_clips_judges_a_grid_of_settings_on_other_prompts_than_the_tests(tm
                          (("--prompts", "0"), "at least 1")):  # fmt: skip
         run = _tune(*argv)
         assert run.returncode == 2 and reason in run.stderr, (argv, run.stderr[-500:])
-
-
-def _encoder_and_decoder(folder: Path) -> tuple[dict, dict]:
-    weights = load_file(folder / "vae" / "diffusion_pytorch_model.safetensors")
-    decoder = {k: v for k, v in weights.items() if k.startswith(("decoder.", "post_quant_conv."))}
-    return {k: v for k, v in weights.items() if k not in decoder}, decoder
 
 
 @pytest.mark.parametrize("script", ["train_shapes.py"])
@@ -162,11 +174,14 @@ def test_bad_arguments_are_refused_with_the_reason(script, tmp_path):
     assert run.returncode == 2 and "not both" in run.stderr
     run = _train(script, tmp_path / "out", "--decoder-minutes", "1")
     assert run.returncode == 2 and "give --resume or --vae-from" in run.stderr
+    for noise in (("--decoder-noise", "0.3"), ("--decoder-noise", "-1", "--decoder-minutes", "1")):
+        run = _train(script, tmp_path / "out", *noise)
+        assert run.returncode == 2 and "give a share of 0 or more, and" in run.stderr
     run = _train(script, tmp_path / "out", "--high-noise", "1.5")
     if script == "train_clips.py":
         assert run.returncode == 2 and "give a share between 0 and 1" in run.stderr
         run = _train(script, tmp_path / "out", "--vae-from", str(ROOT / "tpu_lab/models/shapes"))
-        assert run.returncode != 0 and "keeps the image model's VAE" in run.stderr
+        assert run.returncode != 0 and "starts from the image model's VAE" in run.stderr
     else:
         assert run.returncode == 2 and "unrecognized arguments: --high-noise" in run.stderr
     assert not (tmp_path / "out").exists()
