@@ -11,8 +11,8 @@ from pathlib import Path
 
 import tpu_lab  # noqa: F401
 from _record import record
+from tpu_lab.launch import cluster as spmd
 from tpu_lab.models import save_tiny_llama
-from tpu_lab.sharding import cluster as spmd
 
 TP_STEP = """
 import torch

@@ -59,7 +59,7 @@ def load(clients: int = 16, requests_each: int = 5) -> LoadResult:
     from PIL import Image
 
     from tpu_lab.apps import image as app
-    from tpu_lab.controls import EAGER
+    from tpu_lab.session import EAGER
 
     blocks = app.launch(port=_free_port(), block=False)
     demo = blocks.demo

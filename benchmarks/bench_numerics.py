@@ -50,7 +50,7 @@ def alternating(fn, off, on, repeats: int, loops: int) -> tuple[float, float]:
 
 
 def bench_emulation(repeats: int) -> None:
-    from tpu_lab.numerics import mxu
+    from tpu_lab.device import emulation
 
     a, b = torch.randn(256, 256).to("tpu"), torch.randn(256, 256).to("tpu")
     layer = torch.nn.Linear(512, 512).to("tpu")
@@ -80,7 +80,9 @@ def bench_emulation(repeats: int) -> None:
         ("Linear(512, 512) forward+backward, batch 64", train_step, 10),
     )
     for name, fn, loops in cases:
-        off_s, on_s = alternating(fn, lambda: mxu.emulate(False), mxu.emulate, repeats, loops)
+        off_s, on_s = alternating(
+            fn, lambda: emulation.emulate(False), emulation.emulate, repeats, loops
+        )
         record(
             "numerics", f"[{CORE} core] {name}: emulation on (DEFAULT) vs off", on_s * 1e3,
             "ms", baseline=off_s * 1e3, baseline_label="emulation off",
@@ -94,7 +96,7 @@ def bench_emulation(repeats: int) -> None:
 
 
 def bench_counting(repeats: int) -> None:
-    from tpu_lab.device import bridge, fuse, kernels
+    from tpu_lab.device import bridge, compile_cache, kernels
 
     x = torch.ones(4, device="tpu")
 
@@ -116,7 +118,7 @@ def bench_counting(repeats: int) -> None:
             kernels.counter = None
 
         def on():
-            kernels.counter = fuse.OPS.count
+            kernels.counter = compile_cache.OPS.count
 
     cpu = torch.ones(4)
 

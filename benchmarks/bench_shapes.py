@@ -111,7 +111,7 @@ if dist.get_rank() == 0:
 def _tp_step(name: str, repeats: int) -> tuple[float, float]:
     """Median seconds of one transformer step (one image or clip): TP=4 on the cluster, TP=1
     here."""
-    from tpu_lab.sharding import cluster as spmd
+    from tpu_lab.launch import cluster as spmd
 
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "times.pt")

@@ -22,8 +22,8 @@ from gradio_client.exceptions import AppError  # noqa: E402
 from _browser import client_of, generate, served, video_frames  # noqa: E402
 from tpu_lab.apps import image as app  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
-from tpu_lab.controls import COMPILED, EAGER, FUSE  # noqa: E402
 from tpu_lab.errors import DemoInputError  # noqa: E402
+from tpu_lab.session import COMPILED, EAGER, FUSE  # noqa: E402
 
 DEFAULTS = {"label": 7, "count": 2, "steps": 6, "seed": 0, "guidance": 1, "scale": 8,
             "mode": EAGER.value}  # fmt: skip

@@ -12,7 +12,7 @@ import torch
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
 from tpu_lab.errors import SpmdError
-from tpu_lab.sharding import cluster as spmd
+from tpu_lab.launch import cluster as spmd
 from tpu_lab.views import view
 
 # float32 TP=4 against TP=1: the row-wise layers sum 4 partial products in another order
@@ -256,7 +256,7 @@ def test_stop_leaves_no_process(cluster):
 ORPHAN_SCRIPT = """
 import sys, time
 import tpu_lab
-from tpu_lab.sharding import cluster
+from tpu_lab.launch import cluster
 c = cluster.start("v6e-4")
 print(" ".join(str(p.pid) for p in c.processes()), flush=True)
 if sys.argv[1] == "kill":

@@ -39,7 +39,7 @@ RANK = textwrap.dedent(
     import torch.distributed._functional_collectives as funcol
 
     import tpu_lab  # noqa: F401  (the "tpu" device)
-    from tpu_lab.sharding.tpu_dist import register
+    from tpu_lab.launch.tpu_dist import register
 
     rank, store = int(sys.argv[1]), sys.argv[2]
     before = set(os.listdir("/proc/self/task"))

@@ -320,7 +320,7 @@ def test_static_view_collapses_routine_events_per_kind_and_place():
     ]
 
 
-def test_the_toggle_offers_the_session_modes_of_controls(log, dashboards):
+def test_the_toggle_offers_the_session_modes_of_the_session(log, dashboards):
     dash = dashboards(log=log, poll=60)
     assert [(m["value"], m["label"]) for m in dash.modes] == [
         ("DEFER_NEVER", "Eager"),

@@ -16,7 +16,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import tpu_lab
-from tpu_lab import controls
+from tpu_lab import session
 from tpu_lab.errors import SpmdError, TpuLabError
 from tpu_lab.events import log
 from tpu_lab.magics import COMMANDS, completions
@@ -291,7 +291,7 @@ def test_fuse_cell_uses_the_eager_cache_and_events_carry_the_cell(shell):
     assert result.success
     misses = log.events("cache_miss")
     assert len(misses) == 2 and {e.cell for e in misses} == {result.execution_count}
-    assert controls.reset()  # leave the cache empty for the next test
+    assert session.reset()  # leave the cache empty for the next test
 
 
 def test_time_cell(shell):
@@ -356,7 +356,7 @@ def test_explain_with_nothing_to_explain(shell):
 
 
 def test_reset_says_what_it_resets(shell):
-    controls.reset()
+    session.reset()
     with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
         for _ in range(3):
             torch.ones(2, device="tpu").sum().item()
@@ -401,9 +401,9 @@ def fakes(monkeypatch):
     sharding = types.ModuleType("tpu_lab.sharding")
     sharding.view = record("view")
     sharding.plan = record("plan")
-    cluster = types.ModuleType("tpu_lab.sharding.cluster")
+    cluster = types.ModuleType("tpu_lab.launch.cluster")
 
-    # The contract of tpu_lab.sharding.cluster: current() raises until a cluster was started,
+    # The contract of tpu_lab.launch.cluster: current() raises until a cluster was started,
     # then returns it, also once stopped; a stopped cluster refuses to run cells.
     class Cluster(Shown):
         stopped = False
@@ -435,7 +435,6 @@ def fakes(monkeypatch):
 
     cluster.start, cluster.stop, cluster.current = start, stop, current
     cluster.restart = record("restart")
-    sharding.cluster = cluster
     media = types.ModuleType("tpu_lab.media")
     media.preview = record("preview")
     dashboard = types.ModuleType("tpu_lab.views.dashboard")

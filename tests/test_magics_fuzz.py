@@ -90,7 +90,7 @@ def shell(monkeypatch, tmp_path, use_lowering):
     import tpu_lab.sharding
 
     started = []
-    fake_cluster = types.ModuleType("tpu_lab.sharding.cluster")
+    fake_cluster = types.ModuleType("tpu_lab.launch.cluster")
     fake_cluster.state = None
 
     def start(topology):
@@ -98,7 +98,7 @@ def shell(monkeypatch, tmp_path, use_lowering):
         fake_cluster.state = _Shown(f"cluster {topology}")
         return fake_cluster.state
 
-    def current():  # as tpu_lab.sharding.cluster.current: an error until a cluster started
+    def current():  # as tpu_lab.launch.cluster.current: an error until a cluster started
         if fake_cluster.state is None:
             raise SpmdError("No cluster has been started: %tpu cluster start v6e-4.")
         return fake_cluster.state
@@ -106,7 +106,7 @@ def shell(monkeypatch, tmp_path, use_lowering):
     fake_cluster.start, fake_cluster.current = start, current
     fake_cluster.stop = lambda: None  # the stopped cluster stays the current one
     fake_cluster.restart = current
-    monkeypatch.setitem(__import__("sys").modules, "tpu_lab.sharding.cluster", fake_cluster)
+    monkeypatch.setitem(__import__("sys").modules, "tpu_lab.launch.cluster", fake_cluster)
     monkeypatch.setattr(tpu_lab.sharding, "cluster", fake_cluster, raising=False)
     fake_dashboard = types.ModuleType("tpu_lab.views.dashboard")
     fake_dashboard.Dashboard = lambda: _Shown("dashboard")

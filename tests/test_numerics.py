@@ -15,14 +15,13 @@ import torch
 from torch.nn import functional
 
 import tpu_lab
+from tpu_lab.device import emulation, mxu
 from tpu_lab.device.modes import Precision
 from tpu_lab.numerics import (
     ActivationTracer,
     OpTracer,
-    emulation,
     get_tensor_summary,
     model_memory,
-    mxu,
     mxu_matmul,
     parity,
 )
@@ -106,21 +105,21 @@ def test_bilinear_follows_torch_tpu_precision_and_leaves_other_dtypes_alone():
 
 
 def test_emulation_switch_and_environment(monkeypatch):
-    previous = mxu.emulate(True)
-    assert mxu.ACTIVE is True and emulation.is_enabled()
-    mxu.emulate(previous)
-    assert mxu.ACTIVE is previous and emulation.is_enabled() is previous
-    monkeypatch.setenv(mxu.NUMERICS_ENV, "gpu")
+    previous = emulation.emulate(True)
+    assert emulation.is_enabled()
+    assert emulation.emulate(previous) is True
+    assert emulation.is_enabled() is previous
+    monkeypatch.setenv(emulation.NUMERICS_ENV, "gpu")
     with pytest.raises(ValueError, match="TPU_LAB_NUMERICS='gpu' is not valid"):
-        mxu._read_env()
+        emulation.requested_at_start()
 
 
 @pytest.fixture
 def emulated():
     """The TPU numerics emulation on for the test, restored after."""
-    previous = mxu.emulate(True)
+    previous = emulation.emulate(True)
     yield
-    mxu.emulate(previous)
+    emulation.emulate(previous)
 
 
 def _bf16(t: torch.Tensor) -> torch.Tensor:
@@ -295,15 +294,15 @@ def test_graphs_compiled_while_emulating_compute_as_the_emulated_eager_ops(
 def test_turning_the_emulation_off_gives_the_cpus_numbers_back():
     a, b = _pair(16, 64, 16, seed=9)
     ta, tb = a.to("tpu"), b.to("tpu")
-    previous = mxu.emulate(True)
+    previous = emulation.emulate(True)
     try:
         assert not torch.equal((ta @ tb).cpu(), a @ b)
     finally:
-        mxu.emulate(False)
+        emulation.emulate(False)
     assert torch.equal((ta @ tb).cpu(), a @ b)
     with torch.no_grad():
         assert torch.equal(functional.linear(ta, tb.t()).cpu(), functional.linear(a, b.t()))
-    mxu.emulate(previous)
+    emulation.emulate(previous)
 
 
 def test_python_core_composites_decompose_while_emulating(python_core, emulated):
@@ -322,7 +321,7 @@ def test_python_core_composites_decompose_while_emulating(python_core, emulated)
 def test_tpu_lab_numerics_tpu_turns_the_emulation_on_at_start():
     code = (
         "import torch, tpu_lab\n"
-        "from tpu_lab.numerics import emulation\n"
+        "from tpu_lab.device import emulation\n"
         "a, b = torch.randn(8, 32), torch.randn(32, 8)\n"
         "out = (a.to('tpu') @ b.to('tpu')).cpu()\n"
         "model = a.bfloat16().float() @ b.bfloat16().float()\n"

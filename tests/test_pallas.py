@@ -14,7 +14,7 @@ from tpu_lab.errors import NotSimulatedError
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 pl = pytest.importorskip("jax.experimental.pallas")
-from tpu_lab.pallas import jax_op  # noqa: E402
+from tpu_lab.device.pallas import jax_op  # noqa: E402
 
 
 def add_kernel(x_ref, y_ref, o_ref):

@@ -17,8 +17,8 @@ from gradio_client.exceptions import AppError  # noqa: E402
 from _browser import client_of, generate, served, video_frames  # noqa: E402
 from tpu_lab.apps import prompt  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
-from tpu_lab.controls import COMPILED, EAGER  # noqa: E402
 from tpu_lab.errors import DemoInputError  # noqa: E402
+from tpu_lab.session import COMPILED, EAGER  # noqa: E402
 
 DEFAULTS = {"prompt": prompt.EXAMPLE, "size": 32, "steps": 6, "seed": 0, "guidance": 1,
             "scale": 4, "mode": EAGER.value, "chips": 1}  # fmt: skip

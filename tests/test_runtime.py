@@ -154,12 +154,12 @@ def test_the_tour_runs_and_checks_itself():
 
 def test_a_mode_change_through_torchtpu_is_published_and_logged(monkeypatch):
     """TorchTPU publishes nothing: its adapter does, so the event log and the dashboard see a
-    mode change that tpu_lab makes (controls, %tpu mode, the dashboard's toggle)."""
+    mode change that tpu_lab makes (tpu_lab.session, %tpu mode, the dashboard's toggle)."""
     import types
 
     import torch
 
-    from tpu_lab import controls
+    from tpu_lab import session
     from tpu_lab.events import log
     from tpu_lab.runtime import select
     from tpu_lab.runtime.torchtpu import TorchTPUBackend
@@ -169,11 +169,11 @@ def test_a_mode_change_through_torchtpu_is_published_and_logged(monkeypatch):
     monkeypatch.setattr(torch, "tpu", fake_tpu)  # TorchTPU's module: a plain attribute
     monkeypatch.setattr(select, "_active", TorchTPUBackend())
     seq = log.last_seq()
-    assert controls.set_mode("fuse") == ("DEFER_NEVER", "DEFER_AND_FUSE")
-    with controls.mode("blocking"):
+    assert session.set_mode("fuse") == ("DEFER_NEVER", "DEFER_AND_FUSE")
+    with session.mode("blocking"):
         assert fake_tpu.eager_mode is mode.DEFER_NEVER_AND_LAUNCH_BLOCKING
     assert fake_tpu.eager_mode is mode.DEFER_AND_FUSE
-    controls.set_mode("fuse")  # no change: nothing published
+    session.set_mode("fuse")  # no change: nothing published
     assert [e.summary for e in log.since(seq, "mode_change")] == [
         "eager mode DEFER_NEVER -> DEFER_AND_FUSE",
         "eager mode DEFER_AND_FUSE -> DEFER_NEVER_AND_LAUNCH_BLOCKING",

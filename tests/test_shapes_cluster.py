@@ -20,8 +20,8 @@ import tpu_lab  # noqa: F401  (the "tpu" device)
 
 pytest.importorskip("diffusers", reason="diffusers is missing: pip install 'tpu-lab[hf]'")
 
+from tpu_lab.launch import cluster as spmd  # noqa: E402
 from tpu_lab.models import shapes, shapes_world  # noqa: E402
-from tpu_lab.sharding import cluster as spmd  # noqa: E402
 
 STEPS = 4
 #: float32: the row-wise layers sum 4 partial products in another order, and 4 Euler steps

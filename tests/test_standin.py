@@ -57,7 +57,7 @@ def test_torchtpu_tutorial_imports_resolve_to_the_bundled_device():
     assert out.stderr == ""
     assert out.stdout.splitlines() == [
         "<module 'torch_tpu' (tpu_lab stand-in: TorchTPU 0.2.0's API on the bundled, simulated "
-        f"device; not TorchTPU) from '{ROOT}/tpu_lab/_torch_tpu/__init__.py'>",
+        f"device; not TorchTPU) from '{ROOT}/tpu_lab/standin/_torch_tpu/__init__.py'>",
         "True",
         "tpu True",
         "DEFER_AND_FUSE True",

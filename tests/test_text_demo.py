@@ -27,7 +27,6 @@ from gradio_client.exceptions import AppError  # noqa: E402
 from _browser import served  # noqa: E402
 from tpu_lab.apps import text as app  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
-from tpu_lab.controls import COMPILED, EAGER, FUSE  # noqa: E402
 from tpu_lab.errors import DemoInputError  # noqa: E402
 from tpu_lab.models import chars_model  # noqa: E402
 from tpu_lab.models.chars import (  # noqa: E402
@@ -38,6 +37,7 @@ from tpu_lab.models.chars import (  # noqa: E402
     generate,
     zen,
 )
+from tpu_lab.session import COMPILED, EAGER, FUSE  # noqa: E402
 
 DEFAULTS = {"prompt": "Beautiful is", "max_new_tokens": 24, "temperature": 0, "seed": 0,
             "mode": EAGER.value}  # fmt: skip

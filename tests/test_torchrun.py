@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from tpu_lab.errors import NotSimulatedError
-from tpu_lab.sharding.launch_env import set_tpu_launch_env, topology_for
-from tpu_lab.sharding.torchrun import LAUNCH_ENV, _result
+from tpu_lab.launch.launch_env import set_tpu_launch_env, topology_for
+from tpu_lab.launch.torchrun import LAUNCH_ENV, _result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,7 +231,7 @@ def test_on_a_tpu_vm_the_launch_environment_is_torchtpus(monkeypatch):
     import types
 
     from tpu_lab import runtime
-    from tpu_lab.sharding import torchrun
+    from tpu_lab.launch import torchrun
 
     calls = []
 

@@ -18,8 +18,8 @@ from gradio_client.exceptions import AppError  # noqa: E402
 from _browser import client_of, generate, served, video_frames  # noqa: E402
 from tpu_lab.apps import video  # noqa: E402
 from tpu_lab.cli import main  # noqa: E402
-from tpu_lab.controls import COMPILED, EAGER  # noqa: E402
 from tpu_lab.models import clips  # noqa: E402
+from tpu_lab.session import COMPILED, EAGER  # noqa: E402
 
 DEFAULTS = {"prompt": video.EXAMPLE, "size": 32, "steps": 4, "seed": 0, "guidance": 1,
             "scale": 4, "mode": EAGER.value, "chips": 1}  # fmt: skip

@@ -8,8 +8,8 @@ import torch
 
 import tpu_lab
 from tpu_lab.events import Event
-from tpu_lab.hbm import MemoryStats
 from tpu_lab.runtime import DeviceStatus
+from tpu_lab.runtime.memory import MemoryStats
 from tpu_lab.views import StatusView
 
 GiB = 1 << 30

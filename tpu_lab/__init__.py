@@ -127,7 +127,7 @@ def _start() -> None:
         events.install()
         standin.install()  # `import torch_tpu` where TorchTPU is absent (tpu_lab.standin)
         if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker drives its rank's chip
-            from .sharding.torchrun import bind as _bind
+            from .launch.torchrun import bind as _bind
 
             _bind()
     _register_in_ipython()

@@ -2,7 +2,7 @@
 
 Each subcommand is declared once in :data:`COMMANDS` (its help, its arguments, whether it takes
 a cell); the parsers (IPython's ``MagicArgumentParser``), ``%tpu?`` / ``%tpu --help`` and tab
-completion are all built from that table. The work is done by :mod:`tpu_lab.controls`, the
+completion are all built from that table. The work is done by :mod:`tpu_lab.session`, the
 views and the sharding, cluster, media and dashboard modules, imported when first used; what
 they return is shown as its view (:func:`tpu_lab.views.view`). Bad input and errors of those
 modules (``TpuLabError``) are shown as a ``UsageError``: one message with the fix, no traceback.
@@ -32,9 +32,9 @@ from IPython.core.magic_arguments import (
 from IPython.display import Image, display
 from IPython.utils.process import arg_split
 
-from .controls import EAGER_MODES, FUSE, MODES
 from .errors import TpuLabError
 from .events import KINDS
+from .session import EAGER_MODES, FUSE, MODES
 from .views import lookup
 
 
@@ -420,33 +420,33 @@ class TpuMagics(Magics):
             display(StatusView.current(args.recent))
 
     def _use(self, args, cell):
-        from . import controls
+        from . import session
 
         with _shown_as_usage_errors():
-            described = controls.use(args.topology, generation=args.generation, chips=args.chips)
+            described = session.use(args.topology, generation=args.generation, chips=args.chips)
         print(f"Simulating {described}.")
 
     def _mode(self, args, cell):
         __tracebackhide__ = True  # noqa: F841
-        from . import controls
+        from . import session
 
         if cell is not None:
             if args.mode is None:
                 raise _error("mode", "%%tpu mode needs a mode for the cell")
             with _shown_as_usage_errors():
-                scope = controls.mode(args.mode)
+                scope = session.mode(args.mode)
             with scope:
                 return self._run(cell)
         if args.mode is None:
-            current = controls.current_mode()
-            known = controls.mode_of(current)
+            current = session.current_mode()
+            known = session.mode_of(current)
             print(
                 f"eager mode: {current.name}{f' ({known.value})' if known else ''}; "
                 f"choose with %tpu mode {'|'.join(_MODES)}"
             )
             return None
         with _shown_as_usage_errors():
-            old, new = controls.set_mode(args.mode)
+            old, new = session.set_mode(args.mode)
         print(f"eager mode: {new} (was {old})")
         return None
 
@@ -496,10 +496,10 @@ class TpuMagics(Magics):
             model = args.model  # a path to a saved model or config
         chips, generation = args.chips, args.generation
         if chips is None or generation is None:
-            from . import controls
+            from . import session
 
             with _shown_as_usage_errors():
-                current_generation, current_chips = controls.current_topology()
+                current_generation, current_chips = session.current_topology()
             generation = generation or current_generation
             chips = chips or current_chips
         sharding = _module("tpu_lab.sharding")
@@ -515,7 +515,7 @@ class TpuMagics(Magics):
             display(lookup.view(plan))
 
     def _cluster(self, args, cell):
-        cluster = _module("tpu_lab.sharding.cluster")
+        cluster = _module("tpu_lab.launch.cluster")
         if args.topology is not None and args.action != "start":
             raise _error("cluster", f"only start takes a topology, not {args.action}")
         with _shown_as_usage_errors():
@@ -538,7 +538,7 @@ class TpuMagics(Magics):
             display(lookup.view(result))
 
     def _spmd(self, args, cell):
-        cluster = _module("tpu_lab.sharding.cluster")
+        cluster = _module("tpu_lab.launch.cluster")
         with _shown_as_usage_errors():
             display(lookup.view(cluster.current().run_cell(cell)))
 
@@ -597,10 +597,10 @@ class TpuMagics(Magics):
         print(diagnose())
 
     def _reset(self, args, cell):
-        from . import controls
+        from . import session
 
         with _shown_as_usage_errors():
-            done = controls.reset()
+            done = session.reset()
         print("Reset:\n" + "\n".join(f"  {line}" for line in done))
 
     def _dashboard(self, args, cell):

@@ -40,7 +40,7 @@ const PLURALS = {
 };
 const ROUTINE = new Set(["sync", "transfer", "cache_hit"]);
 
-/** @param {number} n bytes @returns {string} like tpu_lab.hbm.format_bytes */
+/** @param {number} n bytes @returns {string} like tpu_lab.runtime.memory.format_bytes */
 function formatBytes(n) {
   let value = n;
   for (const unit of ["B", "KiB", "MiB", "GiB", "TiB"]) {

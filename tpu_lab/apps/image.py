@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..controls import COMPILED
 from ..errors import TpuLabError
+from ..session import COMPILED
 from . import entry_points
 from .shared import (
     FPS,

@@ -2,7 +2,7 @@
 this process's chip or on 4 chips), the report of what the device did meanwhile, and the Gradio
 parts that show the mode, the chips and the report.
 
-The modes are :data:`tpu_lab.controls.MODES`' ``eager``, ``fuse`` (``DEFER_AND_FUSE``) and
+The modes are :data:`tpu_lab.session.MODES`' ``eager``, ``fuse`` (``DEFER_AND_FUSE``) and
 ``compiled`` (the demo's model under ``torch.compile(backend="tpu")``; each demo compiles its
 own).
 """
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from ..controls import COMPILED, EAGER, FUSE, Mode, find_mode, running
 from ..errors import DemoInputError, TpuLabError
+from ..session import COMPILED, EAGER, FUSE, Mode, find_mode, running
 
-#: The modes a demo offers (values of :data:`tpu_lab.controls.MODES`).
+#: The modes a demo offers (values of :data:`tpu_lab.session.MODES`).
 DEMO_MODES: tuple[Mode, ...] = (EAGER, FUSE, COMPILED)
 MAX_SEED = 2**32 - 1
 #: The chip counts a demo offers: this process's "tpu" device, or the 4 chips of a simulated
@@ -123,7 +123,7 @@ def measured(mode: str, work) -> tuple[Any, Report]:
 
 _CELL = """
 import numpy as _np, torch as _torch, torch.distributed as _dist
-from tpu_lab.controls import running as _running
+from tpu_lab.session import running as _running
 from {module} import tp_pipeline as _tp_pipeline
 if "_tp_demo" not in globals():
     _tp_demo = {{"eager": _tp_pipeline({folder!r})}}
@@ -183,7 +183,7 @@ class FourChips:
 
         from safetensors.numpy import load_file
 
-        from ..sharding import cluster as spmd
+        from ..launch import cluster as spmd
 
         if self._cluster is None:
             self._files = tempfile.TemporaryDirectory(prefix="tpu_lab_chips_")
@@ -206,7 +206,7 @@ class FourChips:
 
     def close(self) -> None:
         if self._cluster is not None:
-            from ..sharding import cluster as spmd
+            from ..launch import cluster as spmd
 
             spmd.stop()
             self._cluster = None
@@ -250,7 +250,7 @@ def _chips_html(chips: dict[str, list[int]]) -> str:
     """What each chip held, for a 4-chip request."""
     if not chips:
         return ""
-    from ..hbm import format_bytes
+    from ..runtime.memory import format_bytes
 
     held = "; ".join(f"{escape(name)}: " + " / ".join(format_bytes(b) for b in per_chip)
                      for name, per_chip in chips.items())  # fmt: skip

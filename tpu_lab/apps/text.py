@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..controls import COMPILED
 from ..errors import DemoInputError, TpuLabError
+from ..session import COMPILED
 from . import entry_points
 from .shared import (
     MAX_SEED,

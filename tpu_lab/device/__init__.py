@@ -4,7 +4,7 @@ Organised like PyTorch's reference out-of-tree backend (OpenReg): a compiled cor
 allocator, hooks, guard, generator, view kernels and a boxed CPU fallback; :mod:`.core` builds
 and loads it) that PyTorch sees as a real backend, and Python for policy: :mod:`.bridge` (what
 the policy needs from either core), :mod:`.driver` (the chip), :mod:`.tpu_module`
-(``torch.tpu``), :mod:`.fuse` and :mod:`.modes` (eager modes), :mod:`.compile_backend`
+(``torch.tpu``), :mod:`.compile_cache` and :mod:`.modes` (eager modes), :mod:`.compile_backend`
 (``torch.compile(backend="tpu")``). Where the compiled core is not built, the pure-Python
 kernels (:mod:`.kernels` and the modules :mod:`.patches` lists) stand in.
 """
@@ -70,9 +70,9 @@ def install() -> None:
         _libraries.extend([fallback, lib])
         CORE = choice
     if os.environ.get(modes.NUMERICS_ENV, "").strip():  # else numerics needs no import
-        from ..numerics import mxu
+        from . import emulation
 
-        mxu.emulate(mxu.ACTIVE)
+        emulation.emulate(emulation.requested_at_start())
 
 
 def _install_compiled() -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from . import fuse, hooks, modes
+from . import compile_cache, hooks, modes
 
 _native = None
-#: The recorder set while the eager mode is DEFER_AND_FUSE (``fuse.CACHE.record``), else None.
+#: The recorder set while the eager mode is DEFER_AND_FUSE (``compile_cache.CACHE.record``),
+#: else None.
 recorder = None
 
 
@@ -24,8 +25,8 @@ def use_native(native) -> None:
     global _native
     _native = native
     native.set_notifier(_notify)
-    native.op_cache_dot_ops(sorted(fuse.DOT_OPS))
-    fuse.count_native_ops(native)
+    native.op_cache_dot_ops(sorted(compile_cache.DOT_OPS))
+    compile_cache.count_native_ops(native)
     configure_op_cache()
 
 
@@ -49,7 +50,7 @@ def _notify(kind: str, what: str, nbytes: int) -> None:
 def sync_point(reason: str) -> None:
     """The host needs results: in DEFER_AND_FUSE the recorded graph ends here."""
     if recorder is not None:
-        fuse.CACHE.flush(reason)
+        compile_cache.CACHE.flush(reason)
 
 
 def synchronize() -> None:
@@ -64,7 +65,7 @@ def synchronize() -> None:
 
 def set_recorder(fn) -> None:
     """Start (``fn``) or stop (None) reporting every op to ``fn(qualname, args, kwargs)``.
-    While ops are reported they are not counted as single-op graphs (``fuse.OpCache``)."""
+    While ops are reported they are not counted as single-op graphs (``compile_cache.OpCache``)."""
     global recorder
     recorder = fn
     if _native is not None:
@@ -74,7 +75,7 @@ def set_recorder(fn) -> None:
         from . import kernels
 
         kernels.recorder = fn
-        kernels.counter = fuse.OPS.count if fn is None else None
+        kernels.counter = compile_cache.OPS.count if fn is None else None
 
 
 def configure_op_cache() -> None:
@@ -84,7 +85,7 @@ def configure_op_cache() -> None:
     if _native is not None:
         _native.op_cache_configure(
             recorder is None,
-            fuse.CACHE.cache_only,
+            compile_cache.CACHE.cache_only,
             int(modes.current_precision()),
             modes.allow_excess_precision(),
         )
@@ -93,9 +94,9 @@ def configure_op_cache() -> None:
 def switch_recording(mode: modes.EagerMode) -> None:
     """DEFER_AND_FUSE records ops for the compile cache; leaving it ends the pending graph."""
     if mode is modes.EagerMode.DEFER_AND_FUSE:
-        set_recorder(fuse.CACHE.record)
+        set_recorder(compile_cache.CACHE.record)
     elif recorder is not None:
-        fuse.CACHE.flush("eager mode change")
+        compile_cache.CACHE.flush("eager mode change")
         set_recorder(None)
 
 

@@ -8,7 +8,7 @@ code generator (``TPU_LAB_COMPILE_LOWERING=aten``, read once at the first compil
 are wrapped back as "tpu" tensors. As with TorchTPU, backend
 "tpu" means ``dynamic=False`` unless the caller says otherwise. A graph traced while the TPU
 numerics emulation is on has its float32 matmuls and convolutions decomposed into the MXU's
-bfloat16 passes at the precision current then (``tpu_lab.numerics.emulation``).
+bfloat16 passes at the precision current then (``tpu_lab.device.emulation``).
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
         from torch._inductor.decomposition import select_decomp_table
 
         decompositions = select_decomp_table()
-    emulation = sys.modules.get("tpu_lab.numerics.emulation")  # imported once it was turned on
+    emulation = sys.modules.get("tpu_lab.device.emulation")  # imported once it was turned on
     emulated = emulation is not None and emulation.is_enabled()
     if emulated:
         decompositions = {**(decompositions or {}), **emulation.decompositions()}

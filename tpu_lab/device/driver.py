@@ -12,7 +12,7 @@ import threading
 
 import torch
 
-from ..hbm import MemoryStats, format_bytes
+from ..runtime.memory import MemoryStats, format_bytes
 from . import hooks
 from .topology import Topology, topology_from_env
 
@@ -195,7 +195,7 @@ def no_such_chip(index: int) -> RuntimeError:
     return RuntimeError(
         f"tpu:{index} does not exist: this process drives one chip, tpu:0 (as with TorchTPU, "
         "each process drives one chip of the topology). Use device='tpu'; for several chips "
-        "run one process per chip: %tpu cluster start v6e-4 (tpu_lab.sharding.cluster)."
+        "run one process per chip: %tpu cluster start v6e-4 (tpu_lab.launch.cluster)."
     )
 
 

@@ -23,7 +23,7 @@ from functools import partial
 
 import torch
 
-from . import fuse, hooks
+from . import compile_cache, hooks
 from .driver import PAYLOAD, Block, chip, no_such_chip
 
 aten = torch.ops.aten
@@ -611,10 +611,11 @@ def _base_plan(op, name: str, bindings: bool):
     return compute
 
 
-#: Set while the eager mode is DEFER_AND_FUSE: called with every op (see fuse.py).
+#: Set while the eager mode is DEFER_AND_FUSE: called with every op (see compile_cache.py).
 recorder = None
-#: Set in the other modes: counts every op that computes as a single-op graph (fuse.OpCache).
-counter = fuse.OPS.count
+#: Set in the other modes: counts every op that computes as a single-op graph
+#: (compile_cache.OpCache).
+counter = compile_cache.OPS.count
 # What no compiled graph runs: allocation, resizing, reading a scalar to the host (views, also
 # left out, are told by their plan).
 _UNCOUNTED = frozenset({"_local_scalar_dense", "empty.memory_format", "empty_strided", "resize_"})
@@ -623,7 +624,7 @@ _UNCOUNTED = frozenset({"_local_scalar_dense", "empty.memory_format", "empty_str
 def sync_point(reason: str) -> None:
     """The host needs results: in DEFER_AND_FUSE the recorded graph ends here."""
     if recorder is not None:
-        fuse.CACHE.flush(reason)
+        compile_cache.CACHE.flush(reason)
 
 
 def _kernel(qualname: str):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import NotSimulatedError
-from . import bridge, fuse, modes, streams
+from . import bridge, compile_cache, modes, streams
 from .bridge import default_generator
 from .driver import chip
 
@@ -281,44 +281,44 @@ def _hbm_usage_summary() -> str:
     """TorchTPU's text: HBM held by compiled executables (none on the bundled device)."""
     from .compile_backend import compiled_graphs
 
-    executables = compiled_graphs() + fuse.CACHE.stats().num_compilations
+    executables = compiled_graphs() + compile_cache.CACHE.stats().num_compilations
     return f"CompilationCache HBM usage: 0B for {executables} executables."
 
 
 # The eager compile cache (DEFER_AND_FUSE graphs, single ops otherwise), under TorchTPU's
 # private names (used by its docs).
 def _get_cache_requests() -> int:
-    return fuse.CACHE.counts()[0]
+    return compile_cache.CACHE.counts()[0]
 
 
 def _get_cache_hits() -> int:
-    return fuse.CACHE.counts()[1]
+    return compile_cache.CACHE.counts()[1]
 
 
 def _get_cache_misses() -> int:
-    requests, hits = fuse.CACHE.counts()
+    requests, hits = compile_cache.CACHE.counts()
     return requests - hits
 
 
-def _get_cache_stats() -> fuse.PerfStats:
-    return fuse.CACHE.stats()
+def _get_cache_stats() -> compile_cache.PerfStats:
+    return compile_cache.CACHE.stats()
 
 
 def _clear_cache() -> None:
-    fuse.CACHE.clear()
+    compile_cache.CACHE.clear()
 
 
 def _set_cache_only(cache_only: bool = True) -> None:
-    fuse.CACHE.cache_only = bool(cache_only)
+    compile_cache.CACHE.cache_only = bool(cache_only)
     bridge.configure_op_cache()
 
 
 def _set_dump_on_cache_miss(enable: bool = True) -> None:
-    fuse.CACHE.dump_on_miss = bool(enable)
+    compile_cache.CACHE.dump_on_miss = bool(enable)
 
 
 def _get_dump_on_cache_miss() -> bool:
-    return fuse.CACHE.dump_on_miss
+    return compile_cache.CACHE.dump_on_miss
 
 
 class _NotSimulated(types.ModuleType):
@@ -364,16 +364,16 @@ _OPS = (
 
 
 def _set_tpu_launch_env(*, nnodes=None, nproc_per_node=None) -> None:
-    """TorchTPU's launch environment on the bundled device (tpu_lab.sharding.launch_env)."""
-    from ..sharding.launch_env import set_tpu_launch_env
+    """TorchTPU's launch environment on the bundled device (tpu_lab.launch.launch_env)."""
+    from ..launch.launch_env import set_tpu_launch_env
 
     set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)
 
 
 def _submodules() -> dict[str, types.ModuleType]:
     # --- issue 15 (TorchTPU code on a laptop): pallas, profiler, launch env live outside device/
-    from .. import pallas
     from ..profiler.config import torch_tpu_module as profiler_module
+    from . import pallas
 
     return {
         "compiler": _NotSimulated("compiler", (), custom_compiler_options=_custom_compiler_options),
@@ -389,7 +389,7 @@ def _submodules() -> dict[str, types.ModuleType]:
         "optimizers": _NotSimulated(
             "optimizers", ("AdamW", "Muon", "Optimizer", "Sgd", "SingleTraceTrainer")
         ),
-        "pallas": pallas.torch_tpu_module(),  # JAX's Pallas interpreter (tpu_lab.pallas)
+        "pallas": pallas.torch_tpu_module(),  # JAX's Pallas interpreter (tpu_lab.device.pallas)
         "profiler": profiler_module(),  # TpuProfilerConfig (tpu_lab.profiler)
     }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..hbm import format_bytes
+from ..runtime.memory import format_bytes
 from .bus import BUS
 from .context import ipython_cell, user_frame
 from .dynamo import STORM, DynamoCollector

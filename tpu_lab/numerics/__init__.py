@@ -6,12 +6,14 @@ the TPU's float32 matmul (bfloat16 passes on the MXU).
   printing and the replay-on-CPU value check (``torch_tpu._internal.utils.tracer_utils``), text
   identical to torch-tpu 0.2.0's.
 - :mod:`.parity`: :func:`parity` (``%tpu parity MODEL INPUTS``).
-- :mod:`.mxu`: :func:`mxu_matmul`, :func:`bilinear` (``TPU_LAB_NUMERICS=tpu``).
+- :func:`mxu_matmul`, :func:`bilinear`, :func:`emulate` (``TPU_LAB_NUMERICS=tpu``): the TPU numerics
+  emulation of the device (:mod:`tpu_lab.device.mxu`).
 """
 
 from __future__ import annotations
 
-from .mxu import bilinear, emulate, mxu_matmul
+from ..device.emulation import emulate
+from ..device.mxu import bilinear, mxu_matmul
 from .parity import ParityReport, parity
 from .tracing import ActivationTracer, OpTracer, format_tensor, get_tensor_summary, model_memory
 

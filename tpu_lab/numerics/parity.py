@@ -108,11 +108,11 @@ def parity(model: torch.nn.Module, inputs, *, backward: bool = True) -> ParityRe
                 grad_rel,
             )
         )
+    from ..device import emulation
     from ..runtime import backend
-    from . import mxu
 
     simulated = backend().simulated
-    return ParityReport(tuple(rows), backward, simulated, simulated and mxu.ACTIVE)
+    return ParityReport(tuple(rows), backward, simulated, simulated and emulation.is_enabled())
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..hbm import MemoryStats
+from .memory import MemoryStats
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import torch
 
 from ..errors import TopologyError
 from ..events.bus import BUS
-from ..hbm import MemoryStats
 from .base import Backend, DeviceStatus
+from .memory import MemoryStats
 
 
 class TorchTPUBackend(Backend):

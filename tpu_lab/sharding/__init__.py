@@ -4,8 +4,8 @@
 chips of a TPU generation from its tensor-parallel plan (no weights, no download);
 ``SimulatedMesh`` runs tensor-parallel forward passes over N simulated chips in one process;
 ``view(obj)`` draws a tensor's shards, a model's placement table, a plan or a run, ``figure(obj)``
-the same with matplotlib (both in :mod:`tpu_lab.views`); ``cluster`` runs SPMD cells on one
-process per chip. Everything here is data; the pictures are views.
+the same with matplotlib (both in :mod:`tpu_lab.views`). Running SPMD cells on one process per
+chip is :mod:`tpu_lab.launch`'s. Everything here is data; the pictures are views.
 """
 
 from __future__ import annotations
@@ -49,8 +49,6 @@ _LAZY = {
 def __getattr__(name: str):
     import importlib
 
-    if name == "cluster":
-        return importlib.import_module(".cluster", __name__)
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tpu_lab.sharding' has no attribute '{name}'")

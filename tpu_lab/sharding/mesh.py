@@ -5,7 +5,7 @@ turns collectives into the equivalent local arithmetic; a "fake" process group g
 ranks and groups it asks for. The mesh runs on the CPU: the bundled "tpu" device drives one chip
 per process, as TorchTPU does, so N chips in one process are N CPU shards (the per-chip HBM
 shown is what each shard would take, against the capacity of the chosen generation). For one
-process per chip on its own simulated "tpu", use ``tpu_lab.sharding.cluster``.
+process per chip on its own simulated "tpu", use ``tpu_lab.launch.cluster``.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class SimulatedMesh:
                 f"torch.distributed is already initialised in this process (backend "
                 f"{dist.get_backend()!r}, world size {dist.get_world_size()}); the one-process "
                 "mesh needs its own fake process group. Use a fresh process, or run on the "
-                "ranks of tpu_lab.sharding.cluster."
+                "ranks of tpu_lab.launch.cluster."
             )
         _register_fake_backend()
         dist.init_process_group("fake", rank=0, world_size=self.chips, store=dist.HashStore())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ..hbm import format_bytes
+from ..runtime.memory import format_bytes
 from .base import View, clip, counted, esc, terminal_width
 from .events import _COLORS
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from ..controls import EAGER_MODES
 from ..events import Event
+from ..session import EAGER_MODES
 from .events import short_where
 
 
@@ -82,7 +82,7 @@ class ModeOption(TypedDict):
     hint: str
 
 
-#: The toggle's choices: the session's modes of :data:`tpu_lab.controls.MODES`.
+#: The toggle's choices: the session's modes of :data:`tpu_lab.session.MODES`.
 #: ``eager_mode`` may also hold another EagerMode name set from code.
 MODES: list[ModeOption] = [
     {"value": m.eager_mode, "label": m.label, "hint": m.meaning} for m in EAGER_MODES

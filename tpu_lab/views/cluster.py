@@ -1,9 +1,9 @@
-"""The cluster of one process per chip (:class:`tpu_lab.sharding.cluster.ClusterState`): its
+"""The cluster of one process per chip (:class:`tpu_lab.launch.cluster.ClusterState`): its
 topology and state, then each rank's pid and state."""
 
 from __future__ import annotations
 
-from ..sharding.cluster import Cluster, ClusterState
+from ..launch.cluster import Cluster, ClusterState
 from .base import View, clip, esc, terminal_width
 
 

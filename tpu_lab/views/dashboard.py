@@ -23,7 +23,7 @@ from pathlib import Path
 
 import traitlets
 
-from .. import controls
+from .. import session
 from ..errors import TpuLabError
 from ..events import Event, EventLog
 from ..events.bus import BUS
@@ -124,7 +124,7 @@ class _Feed:
 
 
 def _eager_mode() -> str:
-    mode = controls.current_mode()
+    mode = session.current_mode()
     return getattr(mode, "name", str(mode))
 
 
@@ -329,7 +329,7 @@ class Dashboard(anywidget.AnyWidget):
             if wanted == current:
                 return
             try:
-                controls.set_mode(wanted)
+                session.set_mode(wanted)
             except TpuLabError as exc:
                 self.error = str(exc)
             except RuntimeError as exc:

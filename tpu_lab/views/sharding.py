@@ -9,7 +9,7 @@ import textwrap
 import torch
 
 from ..errors import ShardingError
-from ..hbm import format_bytes
+from ..runtime.memory import format_bytes
 from ..sharding.info import (
     ModelLayout,
     ShardingInfo,

@@ -3,7 +3,7 @@ only): the mesh with what each chip holds, and per-chip memory against HBM capac
 
 from __future__ import annotations
 
-from ..hbm import format_bytes
+from ..runtime.memory import format_bytes
 from ..sharding.info import ModelLayout, ShardingInfo
 from ..sharding.mesh import MeshRun
 from ..sharding.plan import Plan

@@ -1,11 +1,11 @@
-"""An SPMD cell's result (:class:`tpu_lab.sharding.spmd_result.SpmdResult`): rank 0's output
+"""An SPMD cell's result (:class:`tpu_lab.launch.spmd_result.SpmdResult`): rank 0's output
 and result, the sharding of the DTensors the cell bound (bytes on each rank), every rank's
 events."""
 
 from __future__ import annotations
 
-from ..hbm import format_bytes
-from ..sharding.spmd_result import SpmdResult
+from ..launch.spmd_result import SpmdResult
+from ..runtime.memory import format_bytes
 from .base import View, clip, esc, terminal_width
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ..controls import mode_of
 from ..events import KINDS, Event
-from ..hbm import format_bytes
 from ..runtime.base import DeviceStatus
+from ..runtime.memory import format_bytes
+from ..session import mode_of
 from .base import View, clip, counted, esc, terminal_width
 from .events import EventLogView
 from .memory import html_bar, percent, text_bar, usage_text

@@ -109,7 +109,7 @@ def set_mode(name: str) -> tuple[str, str]:
 
 
 def mode(name: str) -> contextlib.AbstractContextManager:
-    """``with controls.mode("fuse"): ...``: the previous mode comes back on exit, also when the
+    """``with session.mode("fuse"): ...``: the previous mode comes back on exit, also when the
     block raises."""
     from .runtime import backend
 

@@ -1,4 +1,4 @@
-"""One torchrun worker of :func:`tpu_lab.sharding.torchrun.launch`: ``import tpu_lab`` (which
+"""One torchrun worker of :func:`tpu_lab.launch.torchrun.launch`: ``import tpu_lab`` (which
 binds this process to its rank's chip), then the user's script as ``__main__``."""
 
 import runpy
@@ -6,7 +6,7 @@ import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-import tpu_lab  # noqa: F401  (binds the rank: tpu_lab.sharding.torchrun.bind)
+import tpu_lab  # noqa: F401  (binds the rank: tpu_lab.launch.torchrun.bind)
 
 
 @record  # a rank's exception reaches the launcher's report (torchrun's error file)

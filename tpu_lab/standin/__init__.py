@@ -5,7 +5,7 @@ sync, profiler and utility modules). Where torch-tpu is installed, those imports
 this module does nothing. Everywhere else, :func:`install` (run by ``import tpu_lab``) appends a
 finder to the *end* of ``sys.meta_path``: Python asks it only after every other finder failed to
 find ``torch_tpu``, and it answers only if no ``torch-tpu`` distribution is installed. It then
-loads the package in ``tpu_lab/_torch_tpu/`` under the name ``torch_tpu``; its submodules
+loads the package in ``tpu_lab/standin/_torch_tpu/`` under the name ``torch_tpu``; its submodules
 (``torch_tpu.api``, ``torch_tpu._internal.profiler``...) are found through that package's
 ``__path__``. The stand-in says what it is: ``repr(torch_tpu)``, ``torch_tpu.__file__`` (inside
 tpu_lab) and ``tpu-lab doctor``. ``TPU_LAB_TORCH_TPU_STANDIN=0`` (read at install) turns it off.

@@ -1,4 +1,4 @@
-"""What runs inside each engine of a :mod:`tpu_lab.sharding.cluster`: one rank, one chip.
+"""What runs inside each engine of a :mod:`tpu_lab.launch.cluster`: one rank, one chip.
 
 The cluster calls these functions on its engines (ipyparallel ``apply``); the user's cell runs
 in the engine's IPython namespace between :func:`before_cell` and :func:`after_cell`.
@@ -85,7 +85,7 @@ def _describe(value) -> dict | None:
     from torch.distributed.tensor import DTensor
 
     from ..errors import ShardingError
-    from .info import sharding_info
+    from ..sharding.info import sharding_info
 
     if isinstance(value, DTensor):
         local = value.to_local()

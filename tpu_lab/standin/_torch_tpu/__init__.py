@@ -11,7 +11,7 @@ import sys
 import types
 
 import tpu_lab
-from tpu_lab.sharding.tpu_dist import register as _register_tpu_dist
+from tpu_lab.launch.tpu_dist import register as _register_tpu_dist
 from tpu_lab.standin import MIRRORS
 
 __tpu_lab_standin__ = True

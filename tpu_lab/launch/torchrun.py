@@ -165,7 +165,7 @@ def launch(argv: list[str], *, generation: str | None = None) -> LaunchResult:
     if not args.standalone and args.rdzv_endpoint == "" and args.nnodes in ("1", "1:1"):
         *keep, port = _loopback_store()
         options += ["--master-addr", "127.0.0.1", "--master-port", str(port)]
-    full = [*options, "-m", "tpu_lab.sharding._torchrun_worker", *rest]
+    full = [*options, "-m", "tpu_lab.launch._torchrun_worker", *rest]
     try:
         run.main(full)
     except ChildFailedError as error:

@@ -17,19 +17,40 @@ dtypes and ``HIGHEST`` run the CPU kernel, as the device does without the emulat
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 
 import torch
 
-from ..device import bridge, fuse
-from ..device.modes import Precision, current_precision
-from . import mxu
+from . import bridge, compile_cache, mxu
+from .modes import NUMERICS_ENV, Precision, current_precision
 
 aten = torch.ops.aten
 _F32 = torch.float32
 _lock = threading.Lock()
 _library: torch.library.Library | None = None
+
+
+def requested_at_start() -> bool:
+    """Whether ``TPU_LAB_NUMERICS=tpu`` asks for the emulation from the start."""
+    value = os.environ.get(NUMERICS_ENV, "cpu").strip().lower() or "cpu"
+    if value not in ("cpu", "tpu"):
+        raise ValueError(f"{NUMERICS_ENV}={value!r} is not valid; use 'cpu' (default) or 'tpu'.")
+    return value == "tpu"
+
+
+def emulate(active: bool = True) -> bool:
+    """Turn the TPU numerics emulation on or off for the process; returns the previous state.
+    On, float32 matmuls and convolutions of "tpu" tensors compute as the MXU does at the current
+    ``torch.tpu.precision``; off (the default), bitwise as on the CPU.
+    ``TPU_LAB_NUMERICS=tpu`` turns it on at start."""
+    previous = is_enabled()
+    if active:
+        enable()
+    else:
+        disable()
+    return previous
 
 
 def is_enabled() -> bool:
@@ -72,7 +93,7 @@ def _decompose_composites(library: torch.library.Library) -> None:
     """The Python core runs composites such as ``linear`` or ``conv2d`` whole on the CPU when no
     gradient is needed (one dispatch instead of several): while emulating they decompose, as
     they do on the compiled core, so that their matmuls reach the kernels above."""
-    from ..device import composite
+    from . import composite
 
     implicit = torch._C.DispatchKey.CompositeImplicitAutograd
 
@@ -179,7 +200,7 @@ def _note(name: str, args: tuple, kwargs: dict) -> None:
     if recorder is not None:
         recorder(name, args, kwargs)
     else:
-        fuse.OPS.count(name, args, kwargs)
+        compile_cache.OPS.count(name, args, kwargs)
 
 
 def _cpu(value):
@@ -247,7 +268,7 @@ def _attention():
     from .. import device
 
     if device.CORE.name == "python":
-        from ..device.attention import sdpa as own
+        from .attention import sdpa as own
     else:
         sdpa = aten.scaled_dot_product_attention.default
         implicit = torch._C.DispatchKey.CompositeImplicitAutograd

@@ -14,18 +14,17 @@ bfloat16 products:
 A product of two bfloat16 numbers is exact in float32, so each pass run as a CPU float32
 matmul of bfloat16-valued tensors is what the MXU computes up to the order of the float32
 additions. :func:`bilinear` applies the model to any op linear in each operand (``mm``,
-``bmm``, ``matmul``, ``linear``'s product, ``conv``); :func:`emulate` makes the device's own
-matmuls and convolutions compute this way (:mod:`.emulation`).
+``bmm``, ``matmul``, ``linear``'s product, ``conv``); :func:`.emulation.emulate` makes the
+device's own matmuls and convolutions compute this way.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import torch
 
-from ..device.modes import NUMERICS_ENV, Precision, current_precision
+from .modes import Precision, current_precision
 
 #: The (i, j) pairs of bfloat16 parts multiplied at each precision (0 = hi, 1 = mid, 2 = lo).
 PASSES: dict[Precision, tuple[tuple[int, int], ...]] = {
@@ -33,17 +32,6 @@ PASSES: dict[Precision, tuple[tuple[int, int], ...]] = {
     Precision.HIGH: ((0, 0), (0, 1), (1, 0)),
     Precision.HIGHEST: ((0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (2, 0)),
 }
-
-
-def _read_env() -> bool:
-    value = os.environ.get(NUMERICS_ENV, "cpu").strip().lower() or "cpu"
-    if value not in ("cpu", "tpu"):
-        raise ValueError(f"{NUMERICS_ENV}={value!r} is not valid; use 'cpu' (default) or 'tpu'.")
-    return value == "tpu"
-
-
-#: Whether float32 matmuls and convolutions on "tpu" follow the MXU model (:func:`emulate`).
-ACTIVE = _read_env()
 
 
 def split(x: torch.Tensor, parts: int = 3) -> list[torch.Tensor]:
@@ -85,22 +73,6 @@ def bilinear(op: Callable, a: torch.Tensor, b: torch.Tensor, precision=None, **k
 def mxu_matmul(a: torch.Tensor, b: torch.Tensor, precision=Precision.DEFAULT) -> torch.Tensor:
     """``a @ b`` for float32 tensors as the MXU computes it at ``precision``."""
     return bilinear(torch.matmul, a, b, precision)
-
-
-def emulate(active: bool = True) -> bool:
-    """Turn the TPU numerics emulation on or off for the process; returns the previous state.
-    On, float32 matmuls and convolutions of "tpu" tensors compute as the MXU does at the current
-    ``torch.tpu.precision`` (:mod:`.emulation`); off (the default), bitwise as on the CPU.
-    ``TPU_LAB_NUMERICS=tpu`` turns it on at start."""
-    global ACTIVE
-    from . import emulation
-
-    if active:
-        emulation.enable()
-    else:
-        emulation.disable()
-    previous, ACTIVE = ACTIVE, bool(active)
-    return previous
 
 
 def ulp(x: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ import typing
 
 import torch
 
-from .errors import NotSimulatedError, TpuLabError
+from ..errors import NotSimulatedError, TpuLabError
 
 _EXTRA = "pip install 'tpu-lab[pallas]' (JAX for the CPU: jax[cpu])"
 _SCALARS = (int, float, bool, str)
