@@ -1,6 +1,6 @@
 """Run Hugging Face's own model tests on the CPU and on the bundled "tpu" device, and compare.
 
-    python scripts/run_hf_suites.py --diffusers PATH --transformers PATH [--core compiled|python]
+    python scripts/run_hf_suites.py --diffusers PATH --transformers PATH
                                     [--only NAME ...] [--timeout S] [--jobs 2] [--out DIR]
 
 PATH is a checkout of the library's repository that is *not* part of this one (its test files
@@ -125,13 +125,9 @@ def pytest_sessionstart(session):  # pragma: no cover - runs in the child
 
     info = {"event": "start", "accelerator": str(torch.accelerator.current_accelerator())}
     if "tpu_lab" in sys.modules:
-        try:
-            from tpu_lab.device import core
+        from tpu_lab.device import core
 
-            choice = core.choose()
-            info["core"] = f"{choice.name} ({choice.reason})"
-        except Exception as exc:  # noqa: BLE001 - informative only
-            info["core"] = f"? ({exc})"
+        info["core"] = core.describe()
     else:
         info["core"] = "tpu_lab not loaded"
     with open(path, "a") as f:
@@ -294,7 +290,6 @@ def run_one(
         PYTHONPATH=os.pathsep.join(
             [str(HERE), *args.pythonpath, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
         ),
-        TPU_LAB_CORE=args.core,
         HF_SUITES_PER_CLASS=str(args.per_class),
         HF_SUITES_ALWAYS=args.always,
         PYTHONDONTWRITEBYTECODE="1",
@@ -377,9 +372,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--transformers", type=Path, help="a transformers checkout (its tests/ folder is used)"
-    )
-    ap.add_argument(
-        "--core", choices=("compiled", "python", "auto"), default="auto", help="TPU_LAB_CORE"
     )
     ap.add_argument("--only", nargs="*", default=[], help="suite names to run (default: all)")
     ap.add_argument("--devices", nargs="*", default=["cpu", "tpu"])

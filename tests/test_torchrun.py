@@ -17,8 +17,8 @@ import psutil
 import pytest
 import torch
 
+from tpu_lab.device.launch_env import set_tpu_launch_env, topology_for
 from tpu_lab.errors import NotSimulatedError
-from tpu_lab.launch.launch_env import set_tpu_launch_env, topology_for
 from tpu_lab.launch.torchrun import LAUNCH_ENV, _result
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,6 @@ from .views.base import counted
 TESTED_TORCH = ("2.11", "2.12", "2.13", "2.14")
 _ENV_VARS = (
     "TPU_LAB_BACKEND",
-    "TPU_LAB_CORE",
     "TPU_LAB_TOPOLOGY",
     "TPU_LAB_COMPILE_LOWERING",
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
@@ -63,17 +62,17 @@ class Report:
 
 
 def _device_core(r: Report) -> None:
-    """Which core runs the bundled device, and why."""
-    from .device import CORE, core
+    """The bundled device's compiled core: built for this torch, how and in how long."""
+    from .device import core
 
-    r.rows.append(("device core", f"{CORE.name} ({CORE.reason})"))
-    if CORE.name == "python" and os.environ.get(core.CORE_ENV, "auto") != "python":
+    built, why = core.build.status()
+    r.rows.append(("device core", why))
+    if not built:
         r.problems.append(
             (
-                f"the bundled device runs on its pure-Python core: the compiled core is not "
-                f"usable ({CORE.reason}). Ops cost about 20 µs more each, and pinned memory "
-                "and storage resize are missing.",
-                "tpu-lab build-core (needs g++ and ninja: apt-get install g++ ninja-build)",
+                f"the bundled device's compiled core is {why}.",
+                "tpu-lab build-core, or import tpu_lab (needs a C++ compiler: Debian/Ubuntu "
+                "apt-get install g++; macOS xcode-select --install)",
             )
         )
 

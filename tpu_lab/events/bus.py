@@ -2,7 +2,7 @@
 
 Publishers call :meth:`Bus.emit` with a kind and plain data: the bundled device (``sync``,
 ``transfer``, ``cache_hit``, ``cache_miss``, ``cache_cleared``, ``oom``, ``compile_requested``;
-:mod:`tpu_lab.device.hooks`), the eager modes of the bundled device and the TorchTPU adapter
+:meth:`tpu_lab.device.process.Device.publish`, mode changes included), the TorchTPU adapter
 (``mode_change``, with the ``old`` and ``new`` modes), the IPython cell follower
 (``cell_finished``, with the ``cell`` number; :mod:`.context`) and the event log (``recorded``,
 with the ``event`` it recorded and the ``log``). Subscribers (the event log, the dashboard

@@ -132,9 +132,9 @@ def _device() -> tuple[DeviceState, list[ChipState]]:
     status = backend().status()
     first = 0
     if status.simulated:
-        from ..device import chip
+        from ..device import current
 
-        first = chip().index
+        first = current().chip.index
     driven = range(first, first + status.devices_in_process)
     m = status.memory
     chips: list[ChipState] = [
@@ -221,6 +221,7 @@ class Dashboard(anywidget.AnyWidget):
         #: Updates sent and the largest batch of events one update carried.
         self.batches = 0
         self.max_batch = 0
+        self._mode = _eager_mode()
         self._unsubscribe = BUS.subscribe(self._on_bus)
         self._feed.add_history(log.events())
         self._follow_cells()
@@ -236,6 +237,8 @@ class Dashboard(anywidget.AnyWidget):
             if self._feed.add(data["event"]):
                 self._wake.set()
         elif kind == "mode_change":
+            # the mode of the context that changed it (a block is a context variable there)
+            self._mode = data["new"].name
             self._wake.set()
         elif kind == "cell_finished":
             self._log.pull()  # compilations Dynamo finished during the cell
@@ -299,7 +302,7 @@ class Dashboard(anywidget.AnyWidget):
                 "events": list(states.values()),
                 "cells": cells,
                 "seen": seen,
-                "eager_mode": _eager_mode(),
+                "eager_mode": self._mode,
             }
             changed = {name: v for name, v in new.items() if getattr(self, name) != v}
             self._last_flush = time.monotonic()
@@ -325,7 +328,7 @@ class Dashboard(anywidget.AnyWidget):
             return
         wanted = change["new"]
         with self._flush_lock:
-            current = _eager_mode()
+            current = self._mode
             if wanted == current:
                 return
             try:

@@ -79,9 +79,9 @@ class MemoryView(View):
         s = backend().status()
         index = 0
         if s.simulated:
-            from ..device import chip
+            from ..device import current
 
-            index = chip().index
+            index = current().chip.index
         note = None
         if s.chips > s.devices_in_process:
             others = s.chips - s.devices_in_process

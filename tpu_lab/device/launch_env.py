@@ -1,8 +1,8 @@
 """TorchTPU's launch environment on the bundled device: the topology for N ranks
 (:func:`topology_for`) and ``torch.tpu.distributed.set_tpu_launch_env``, which the bundled
 ``torch.tpu`` and the ``torch_tpu`` stand-in offer and :mod:`.torchrun` and the SPMD cluster
-call in the parent of the ranks. Nothing here asks which backend runs: it is the bundled
-device's."""
+call in the parent of the ranks (``torch.tpu``'s defaults ``nproc_per_node`` to the simulated
+topology's devices). Nothing here asks which backend runs: it is the bundled device's."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ DEFAULT_GENERATION = "v6e"
 def topology_for(world_size: int, generation: str | None = None) -> str:
     """A topology name with ``world_size`` devices: ``generation``'s, else the first of v6e,
     v5p, v4, v5e and v7 that has one."""
-    from ..device.topology import GENERATIONS
+    from .topology import GENERATIONS
 
     order = [generation] if generation else [DEFAULT_GENERATION, "v5p", "v4", "v5e", "v7"]
     for name in order:
@@ -33,7 +33,7 @@ def topology_for(world_size: int, generation: str | None = None) -> str:
     )
 
 
-def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None = None) -> None:
+def set_tpu_launch_env(*, nproc_per_node: int, nnodes: int | None = None) -> None:
     """TorchTPU's ``torch.tpu.distributed.set_tpu_launch_env`` on the bundled device: in the
     parent, before a launcher spawns the ranks, choose the simulated topology (one device per
     rank: ``TPU_LAB_TOPOLOGY``) and set what TorchTPU sets that code may read
@@ -41,16 +41,12 @@ def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None 
     variable already set is never overwritten. One host only (``nnodes`` 1)."""
     import time
 
-    from ..device.topology import parse_topology
+    from .topology import parse_topology
 
     if nnodes not in (None, 1):
         raise NotSimulatedError(
             f"set_tpu_launch_env(nnodes={nnodes}): the bundled device simulates one host."
         )
-    if nproc_per_node is None:
-        from ..device.driver import chip
-
-        nproc_per_node = chip().topology.devices
     name = os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc_per_node))
     shape = parse_topology(name).shape
     os.environ.setdefault("TORCH_TPU_TOPOLOGY", ",".join(map(str, shape)))
