@@ -76,24 +76,25 @@ def main() -> None:
     delays = []  # from an event's recording to the first update that carries it
     held = [0]
     last = [dash.events[-1]["seq"] if dash.events else 0]
-    flush = dash.flush
+    batches = []  # the events each update carried
+    seen = [dash.seen]
 
-    def measured_flush() -> bool:
-        sent = flush()
+    def measured(change) -> None:
         new = [e for e in dash.events if e["seq"] > last[0]]
-        if sent and new:
+        if new:
             delays.append(time.time() - new[0]["time"])
             last[0] = new[-1]["seq"]
             held[0] = max(held[0], len(dash.events))
-        return sent
+        batches.append(dash.seen - seen[0])
+        seen[0] = dash.seen
 
-    dash.flush = measured_flush
-    first, sent0, bytes0 = dash.batches, JsonComm.sent, JsonComm.nbytes
+    dash.observe(measured, names="updates")
+    first, sent0, bytes0 = dash.updates, JsonComm.sent, JsonComm.nbytes
     start = time.perf_counter()
     n, elapsed = paced(args.rate, args.seconds)
     time.sleep(dash.interval * 2)  # the last batch
     window = time.perf_counter() - start
-    updates = dash.batches - first
+    updates = dash.updates - first
     print(
         f"{n} events in {elapsed:.2f} s ({n / elapsed:.0f}/s) with the dashboard attached; "
         f"{(JsonComm.nbytes - bytes0) / window / 1024:.0f} KiB/s in "
@@ -102,7 +103,7 @@ def main() -> None:
     bench = "dashboard"
     record(bench, f"updates sent at {args.rate:,} events/s", updates / window, "per s",
            target=1 / dash.interval, note=f"one per {dash.interval * 1e3:.0f} ms")  # fmt: skip
-    record(bench, "largest batch of events in one update", dash.max_batch, "events")
+    record(bench, "largest batch of events in one update", max(batches), "events")
     record(bench, "most events held in the synced state", held[0], "events",
            target=dash.max_events + dash.max_notable)  # fmt: skip
     record(bench, "event to widget, worst", max(delays) * 1e3, "ms",
