@@ -7,7 +7,7 @@ import time
 
 from ..runtime.memory import format_bytes
 from .base import View, clip, counted, esc, terminal_width
-from .events import _COLORS
+from .palette import KIND_COLORS, TEXT
 
 _FONT = "font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px"
 _MUTED = "color:#6b7280"
@@ -167,7 +167,7 @@ class DashboardView(View):
 
     @staticmethod
     def _event_html(e: dict, count: int = 1, summary: str | None = None) -> str:
-        color = _COLORS.get(e["kind"], "#111827")
+        color = KIND_COLORS.get(e["kind"], TEXT)
         why = (
             f"<details><summary style='cursor:pointer;{_MUTED}'>why?</summary>"
             f"{e['explanation']}</details>"
