@@ -321,8 +321,8 @@ def test_static_html_draws_no_gauge_for_chips_of_other_processes():
     assert "32.00 GiB, driven by another process" in html
 
 
-def test_static_view_collapses_routine_events_per_kind_and_place():
-    from tpu_lab.views._dashboard_view import _rows
+def test_the_feed_collapses_routine_events_per_kind_and_place():
+    from tpu_lab.views._dashboard_rows import collapse
 
     def event(seq, kind, summary, where="In[3]:2"):
         return {"seq": seq, "kind": kind, "summary": summary, "where": where}
@@ -335,7 +335,7 @@ def test_static_view_collapses_routine_events_per_kind_and_place():
         event(5, "sync", "host waited for the device (item)"),
         event(6, "sync", "host waited for the device (item)", where="In[3]:5"),
     ]
-    assert [(e["seq"], n, s) for e, n, s in _rows(events)] == [
+    assert [(e["seq"], n, s) for e, n, s in collapse(events)] == [
         (1, 2, "2 transfer events, first: cpu->tpu copy of 128 B"),
         (2, 2, "host waited for the device (item)"),
         (4, 1, "recompiled f: argument x: dimension 0 changed from 3 to 4"),
@@ -365,3 +365,67 @@ def test_the_driven_chip_is_the_one_the_backend_names(log, dashboards, monkeypat
     dash = dashboards(log=log, poll=60)
     assert [c["driven"] for c in dash.chips] == [False, False, True, False]
     assert dash.chips[2]["live"] == status.memory.live and dash.chips[0]["live"] == 0
+
+
+def test_the_rows_of_a_state_are_computed_once_for_every_drawing():
+    from tpu_lab.views._dashboard_rows import rows
+
+    drawn = rows(STATE)
+    assert drawn["header"] == {
+        "title": "TPU v6e (simulated)",
+        "subtitle": "v6e-4 (2,2,1), 4 chips; this process drives 1",
+        "backend": "tpu_lab bundled device",
+    }
+    assert drawn["counters"] == {
+        "rate": "75%", "fill": 75.0, "hit_rate": "75% (3 of 4 graphs)",
+        "detail": "hit rate · 3 hits, 1 misses of 4 graphs", "compiles": "1 compile",
+        "recompiles": "2 recompiles", "warn": True,
+    }  # fmt: skip
+    assert drawn["gauges"] == {
+        "columns": 2,
+        "chips": [
+            {"name": "chip 0", "tag": "this process", "driven": True, "meter": True,
+             "live": 25.0, "peak": 37.5, "usage": "8.00 GiB / 32.00 GiB, peak 12.00 GiB",
+             "lines": ["8.00 GiB of 32.00 GiB", "peak 12.00 GiB"]},
+            {"name": "chip 1", "tag": "other process", "driven": False, "meter": False,
+             "live": 0.0, "peak": 0.0, "usage": "32.00 GiB, driven by another process",
+             "lines": ["32.00 GiB · driven by another process"]},
+        ],
+    }  # fmt: skip
+    feed = drawn["feed"]
+    assert feed["shown"] == "2 shown of 41"
+    assert [(g["title"], g["total"], g["open"]) for g in feed["groups"]] == [
+        ("In [6]", "1 event", True),  # the newest cell
+        ("In [5]", "40 events", True),  # a recompile: notable
+    ]
+    assert feed["groups"][1]["badges"] == [
+        {"kind": "recompile", "text": "2 recompiles"}, {"kind": "sync", "text": "38 syncs"},
+    ]  # fmt: skip
+    (recompile,) = feed["groups"][1]["rows"]
+    assert (recompile["label"], recompile["alert"], recompile["why_open"]) == (
+        "recompile", True, True,
+    )  # fmt: skip
+    assert DashboardView(STATE).rows == drawn
+
+
+def test_the_widget_is_sent_the_rows_and_the_palette(log, dashboards):
+    from tpu_lab.views._widget_protocol import PALETTE
+    from tpu_lab.views.palette import KIND_COLORS, KIND_COLORS_DARK
+
+    log.cell = lambda: 2
+    for nbytes in (128, 128, 4096):
+        log.record("transfer", f"cpu->tpu copy of {nbytes} B", where="a.py:3",
+                   direction="cpu->tpu", nbytes=nbytes)  # fmt: skip
+    for _ in range(3):
+        log.record("cache_hit", "compile cache hit: graph of 3 ops at item", where="a.py:4")
+    dash = dashboards(log=log, poll=60)
+    view = dash.view()
+    assert {name: getattr(dash, name) for name in view.rows} == view.rows
+    ((group),) = dash.feed["groups"]
+    assert [(r["label"], r["summary"], r["times"]) for r in group["rows"]] == [
+        ("transfer", "3 transfer events, first: cpu->tpu copy of 128 B", ""),
+        ("cache hit", "compile cache hit: graph of 3 ops at item", "×3"),
+    ]
+    assert [b["text"] for b in group["badges"]] == ["3 transfers", "3 cache hits"]
+    assert dash.palette == PALETTE
+    assert set(KIND_COLORS) == set(KIND_COLORS_DARK) == set(tpu_lab.events.KINDS)

@@ -29,8 +29,17 @@ from .. import session
 from ..errors import TpuLabError
 from ..events import Event, EventLog, Snapshot
 from ..runtime import DeviceStatus
+from ._dashboard_rows import (
+    NOTABLE,
+    CacheState,
+    ChipState,
+    DashboardState,
+    DeviceState,
+    event_state,
+    rows,
+)
 from ._dashboard_view import DashboardView
-from ._widget_protocol import MODES, NOTABLE, CacheState, ChipState, DeviceState, event_state
+from ._widget_protocol import MODES, PALETTE
 
 try:
     import anywidget
@@ -157,17 +166,26 @@ class Dashboard(anywidget.AnyWidget):
     ``Dashboard()`` watches ``tpu_lab.events.log``; it stays live until :meth:`close`.
     ``interval`` is the shortest time between two updates (seconds), ``poll`` how often HBM and the
     cache counters are re-read while no events arrive.
+
+    Its state (``device``, ``chips``, ``cache``, ``events``, ``cells``, ``seen``: figures) stays
+    in Python; the front end receives the rows computed from it (``header``, ``gauges``,
+    ``counters``, ``feed``; :mod:`._dashboard_rows`), which :class:`DashboardView` draws too.
     """
 
     _esm = widget_file("dashboard.js")
     _css = widget_file("dashboard.css")
 
-    device = traitlets.Dict().tag(sync=True)
-    chips = traitlets.List().tag(sync=True)
-    cache = traitlets.Dict().tag(sync=True)
-    events = traitlets.List().tag(sync=True)
-    cells = traitlets.List().tag(sync=True)
-    seen = traitlets.Int(0).tag(sync=True)
+    device = traitlets.Dict()
+    chips = traitlets.List()
+    cache = traitlets.Dict()
+    events = traitlets.List()
+    cells = traitlets.List()
+    seen = traitlets.Int(0)
+    header = traitlets.Dict().tag(sync=True)
+    gauges = traitlets.Dict().tag(sync=True)
+    counters = traitlets.Dict().tag(sync=True)
+    feed = traitlets.Dict().tag(sync=True)
+    palette = traitlets.Dict(PALETTE).tag(sync=True)
     modes = traitlets.List(MODES).tag(sync=True)
     #: The eager mode (a torch.tpu.EagerMode name); set from the front end, it switches the mode.
     eager_mode = traitlets.Unicode("").tag(sync=True)
@@ -249,8 +267,8 @@ class Dashboard(anywidget.AnyWidget):
 
     # -- sending ------------------------------------------------------------------------------
 
-    def state(self) -> dict:
-        """The current state as the front end receives it (every synced trait but the code)."""
+    def state(self) -> DashboardState:
+        """The current state, what the rows are computed from."""
         return {
             "device": self.device,
             "chips": self.chips,
@@ -280,7 +298,7 @@ class Dashboard(anywidget.AnyWidget):
                 "compiles": kinds.get("compile", 0),
                 "recompiles": kinds.get("recompile", 0),
             }
-            new = {
+            state = {
                 "device": device,
                 "chips": chips,
                 "cache": cache,
@@ -289,15 +307,18 @@ class Dashboard(anywidget.AnyWidget):
                 "seen": seen,
                 "eager_mode": latest.status.eager_mode,
             }
-            changed = {name: v for name, v in new.items() if getattr(self, name) != v}
             self._last_flush = time.monotonic()
-            if not changed:
+            if all(getattr(self, name) == value for name, value in state.items()):
                 return False
+            drawn = {**rows(state), "eager_mode": state["eager_mode"]}
             self._sending.on = True
             try:
                 with self.hold_sync():
-                    for name, value in changed.items():
+                    for name, value in state.items():
                         setattr(self, name, value)
+                    for name, value in drawn.items():
+                        if getattr(self, name) != value:
+                            setattr(self, name, value)
                     self.updates += 1
             finally:
                 self._sending.on = False
