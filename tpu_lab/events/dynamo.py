@@ -68,6 +68,8 @@ class DynamoCollector:
             return []
         self._register()
         self._take()
+        if not self._pending:  # the common case: no lock taken
+            return []
         with self._lock:
             pending, self._pending = self._pending, []
         return pending
