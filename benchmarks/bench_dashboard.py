@@ -1,8 +1,8 @@
 """The live dashboard under a flood: a loop emits 1,000 events per second for a few seconds while
 a Dashboard is attached. Prints the updates sent per second, the largest batch of events one update
-carried, the most events ever held in the synced state, the bytes sent per second, how long an
-event took to reach the widget, and the loop's slowdown with vs without the dashboard
-(interleaved, median of repeats).
+carried, the most events ever kept for the widget and the most rows of its feed (what is sent),
+the bytes sent per second, how long an event took to reach the widget, and the loop's slowdown
+with vs without the dashboard (interleaved, median of repeats).
 
 Widget messages go through a comm that JSON-encodes them the way a kernel would (no front end
 is needed). Run: ``python benchmarks/bench_dashboard.py``.
@@ -75,6 +75,7 @@ def main() -> None:
     dash = Dashboard()
     delays = []  # from an event's recording to the first update that carries it
     held = [0]
+    drawn = [0]  # the most rows in the synced feed
     last = [dash.events[-1]["seq"] if dash.events else 0]
     batches = []  # the events each update carried
     seen = [dash.seen]
@@ -85,6 +86,7 @@ def main() -> None:
             delays.append(time.time() - new[0]["time"])
             last[0] = new[-1]["seq"]
             held[0] = max(held[0], len(dash.events))
+        drawn[0] = max(drawn[0], sum(len(g["rows"]) for g in dash.feed["groups"]))
         batches.append(dash.seen - seen[0])
         seen[0] = dash.seen
 
@@ -104,8 +106,10 @@ def main() -> None:
     record(bench, f"updates sent at {args.rate:,} events/s", updates / window, "per s",
            target=1 / dash.interval, note=f"one per {dash.interval * 1e3:.0f} ms")  # fmt: skip
     record(bench, "largest batch of events in one update", max(batches), "events")
-    record(bench, "most events held in the synced state", held[0], "events",
+    record(bench, "most events kept for the widget", held[0], "events",
            target=dash.max_events + dash.max_notable)  # fmt: skip
+    record(bench, "most rows in the synced feed", drawn[0], "rows",
+           note="routine events collapse per kind and place")  # fmt: skip
     record(bench, "event to widget, worst", max(delays) * 1e3, "ms",
            note=f"median {statistics.median(delays) * 1e3:.0f} ms")  # fmt: skip
     dash.close()
