@@ -38,6 +38,7 @@ class BundledBackend(Backend):
             devices_in_process=1,
             memory=chip.stats(),
             eager_mode=self._device.eager_mode.name,
+            chip_index=chip.index,
         )
 
     def set_eager_mode(self, mode) -> None:
