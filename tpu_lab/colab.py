@@ -62,7 +62,7 @@ if importlib.util.find_spec("tpu_lab") is None:
         keep = ""
     %pip install --quiet "{requirement}" {{keep}}
     # pip builds tpu-lab without torch in sight: compile the device's core now (about two
-    # minutes; without g++ the pure-Python core runs, and this says so)
+    # minutes; it says what to install where no C++ compiler is found)
     !{{sys.executable}} -m tpu_lab build-core --if-needed'''
 
 
