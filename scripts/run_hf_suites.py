@@ -1,15 +1,30 @@
 """Run Hugging Face's own model tests on the CPU and on the bundled "tpu" device, and compare.
 
-    python scripts/run_hf_suites.py --diffusers PATH --transformers PATH [--core compiled|python]
-                                    [--only NAME ...] [--timeout S] [--jobs 2] [--out DIR]
+    python scripts/run_hf_suites.py --diffusers PATH --transformers PATH [--testing-utils FILE]
+                                    [--generation-only] [--core compiled|python] [--only NAME ...]
+                                    [--per-class N] [-k EXPR] [--timeout S] [--jobs 2] [--out DIR]
 
 PATH is a checkout of the library's repository that is *not* part of this one (its test files
 are other people's code): ``--diffusers`` needs ``PATH/tests`` of a diffusers checkout,
-``--transformers`` a ``PATH/tests`` of transformers (the sdist of the installed version holds
-the common mixins; the model test files and ``tests/utils`` come from the repository; the mixins
-import ``PATH/src/transformers`` by path, a link to the installed package will do). The suites
-also need the test-only package ``parameterized``; ``--pythonpath DIR`` adds a directory that
-holds it.
+``--transformers`` a ``PATH/tests`` of transformers, with ``PATH/src/transformers`` (a link to
+the installed package will do). docs/hf-suites-generation.md says how the Transformers checkout
+is assembled: the common mixins from the sdist of the installed version; the generation mixin
+(``tests/generation/test_utils.py``), ``tests/causal_lm_tester.py``, ``tests/exporters`` and the
+model test files from one commit of the repository. The script prints how many tests the
+checkout's ``GenerationTesterMixin`` defines (none: a stand-in, ``generate()`` goes untested);
+``--generation-only`` keeps just those tests. Two things a checkout of that kind lacks are
+given in the pytest process, and each run's line says so:
+
+- ``--testing-utils FILE``: the library's ``testing_utils.py`` at the tests' commit; the literal
+  constants it has and the installed ``transformers.testing_utils`` lacks are set there
+  (``_TEXT_MODEL_TESTER_DEFAULTS``, which 5.25.0 dropped and the commit's causal-LM tester
+  imports); nothing the installed library defines is replaced;
+- ``tests/distributed_testing_utils.py``, which the sdist's FSDP and tensor-parallel mixins
+  import and which neither the sdist nor any stored version holds: when missing, a module
+  stands in whose every function skips its caller (those are multi-process tests).
+
+The suites also need the test-only package ``parameterized``; ``--pythonpath DIR`` adds a
+directory that holds it.
 
 Each suite of the selection below runs twice with pytest, in a fresh subprocess each, with the
 Hub offline (``HF_HUB_OFFLINE=1``): once with the suite's test device set to "cpu", once to
