@@ -52,7 +52,7 @@ def install() -> None:
     with _lock:
         if _libraries:
             return
-        from . import autocast, compile_backend, dropout, rnn
+        from . import autocast, backends_tpu, compile_backend, dropout, rnn
 
         choice = core.choose()
         fallback = torch.library.Library("_", "IMPL")
@@ -67,6 +67,7 @@ def install() -> None:
         torch.set_autocast_dtype("tpu", torch.bfloat16)  # TorchTPU's default
         compile_backend.register()
         modes.install()  # torch.set_float32_matmul_precision sets the TPU's, as in TorchTPU
+        backends_tpu.register()  # torch.backends.tpu.allow_excess_precision, as tutorials set it
         _libraries.extend([fallback, lib])
         CORE = choice
     if os.environ.get(modes.NUMERICS_ENV, "").strip():  # else numerics needs no import

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import torch
 
-from . import bridge, hooks
+from . import bridge, hooks, unsigned
 
 #: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten"), read once,
 #: at the first compilation.
@@ -215,10 +215,11 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
         from torch._inductor.decomposition import select_decomp_table
 
         decompositions = select_decomp_table()
+    decompositions = unsigned.decompositions(decompositions or {})  # uint16/uint32 as eager
     emulation = sys.modules.get("tpu_lab.device.emulation")  # imported once it was turned on
     emulated = emulation is not None and emulation.is_enabled()
     if emulated:
-        decompositions = {**(decompositions or {}), **emulation.decompositions()}
+        decompositions = {**decompositions, **emulation.decompositions()}
     lower = functools.partial(_lower, emulated=emulated)
     backend = aot_autograd(fw_compiler=lower, bw_compiler=lower, decompositions=decompositions)
     return backend(gm, example_inputs)

@@ -32,7 +32,7 @@ import torch
 
 CORE_ENV = "TPU_LAB_CORE"
 _NAME = "tpu_lab_core"
-_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "opcache.cpp", "module.cpp")
+_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "opcache.cpp", "unsigned.cpp", "module.cpp")
 _HERE = Path(__file__).resolve().parent
 
 
