@@ -61,6 +61,17 @@ def test_float32_matmul_precision_sets_pytorchs_and_the_tpus():
         device.current().set_global_precision(tpu_before)
 
 
+def test_torch_backends_gains_only_the_tpu_module():
+    import sys
+
+    assert any(p.target.startswith("torch.backends.tpu") for p in patches.PATCHES)
+    assert sys.modules["torch.backends.tpu"] is torch.backends.tpu
+    assert [n for n in dir(torch.backends.tpu) if not n.startswith("_")] == [
+        "allow_excess_precision"
+    ]
+    assert torch.backends.tpu.allow_excess_precision is torch.tpu.allow_excess_precision
+
+
 def test_no_torch_class_is_patched():
     assert [p.target for p in patches.PATCHES if "Tensor" in p.target or "Storage" in p.target] \
         == []  # fmt: skip

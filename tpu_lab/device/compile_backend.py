@@ -21,6 +21,8 @@ from collections.abc import Iterator
 
 import torch
 
+from . import unsigned
+
 #: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten"), read once,
 #: at the first compilation.
 LOWERING_ENV = "TPU_LAB_COMPILE_LOWERING"
@@ -179,12 +181,24 @@ def tpu_backend(device, gm: torch.fx.GraphModule, example_inputs):
         from torch._inductor.decomposition import select_decomp_table
 
         decompositions = select_decomp_table()
+    decompositions = unsigned.decompositions(decompositions or {})  # uint16/uint32 as eager
     emulated = device.graph_decompositions is not None  # the TPU numerics emulation is on
     if emulated:
-        decompositions = {**(decompositions or {}), **device.graph_decompositions}
+        decompositions = {**decompositions, **device.graph_decompositions}
     lower = functools.partial(_lower, device, emulated=emulated)
     backend = aot_autograd(fw_compiler=lower, bw_compiler=lower, decompositions=decompositions)
     return backend(gm, example_inputs)
+
+
+@functools.cache
+def register_with_dynamo(device):
+    """Register ``device``'s "tpu" backend with Dynamo (once; it imports Dynamo) and return it."""
+    from torch._dynamo.backends.registry import register_backend
+
+    backend = functools.partial(tpu_backend, device)
+    register_backend(name="tpu")(backend)
+    _trace_convolutions_like_the_cpu()
+    return backend
 
 
 def register(device) -> None:
@@ -204,20 +218,10 @@ def register(device) -> None:
     if getattr(original, "_tpu_lab", False):
         return
 
-    def tpu(gm: torch.fx.GraphModule, example_inputs):
-        return tpu_backend(device, gm, example_inputs)
-
-    @functools.cache
-    def register_with_dynamo() -> None:
-        from torch._dynamo.backends.registry import register_backend
-
-        register_backend(name="tpu")(tpu)
-        _trace_convolutions_like_the_cpu()
-
     @functools.wraps(original)
     def compile(model=None, *args, **kwargs):
         if kwargs.get("backend") == "tpu":
-            register_with_dynamo()
+            register_with_dynamo(device)
             kwargs.setdefault("dynamic", False)
             device.publish("compile_requested")
         return original(model, *args, **kwargs)
@@ -230,9 +234,9 @@ def register(device) -> None:
     @functools.wraps(call)
     def inductor_call(self, model_, inputs_):
         if _has_tpu_input(inputs_):
-            register_with_dynamo()
+            backend = register_with_dynamo(device)
             device.publish("compile_requested")
-            return tpu(model_, inputs_)
+            return backend(model_, inputs_)
         return call(self, model_, inputs_)
 
     inductor.__call__ = inductor_call

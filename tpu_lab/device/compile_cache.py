@@ -146,6 +146,10 @@ class CompileCache:
             ops = self._pending.ops = []
         return ops
 
+    def pending(self) -> list[tuple]:
+        """This thread's ops recorded since its last sync point: (name, signature) each."""
+        return list(self._ops_of_thread())
+
     def record(self, name: str, args: tuple, kwargs: dict) -> None:
         """DEFER_AND_FUSE: one more op of this thread's pending graph."""
         signature = _op_signature(name, args, kwargs, self._device.precision)

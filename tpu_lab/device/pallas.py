@@ -32,7 +32,25 @@ def require_jax():
         import jax
     except ImportError as exc:
         raise TpuLabError(f"Pallas kernels on the bundled device need JAX: {_EXTRA}.") from exc
+    _start_cpu_backend(jax)
     return jax
+
+
+@functools.cache
+def _start_cpu_backend(jax) -> None:
+    """Start JAX's CPU backend without XLA_FLAGS' dump flags: they ask TorchTPU's XLA (on a TPU)
+    for HLO dumps; JAX's CPU compiler, which only interprets kernels here, would fill the same
+    folder with its own files (object code too) that a TPU run never writes."""
+    import os
+
+    flags = os.environ.get("XLA_FLAGS")
+    if flags is None or "--xla_dump" not in flags:
+        return
+    os.environ["XLA_FLAGS"] = " ".join(f for f in flags.split() if not f.startswith("--xla_dump"))
+    try:
+        jax.devices("cpu")
+    finally:
+        os.environ["XLA_FLAGS"] = flags
 
 
 def _to_jax(t: torch.Tensor):
@@ -147,22 +165,28 @@ def _register(name: str, fn, donate: tuple[int, ...]):
 
     @op.register_fake
     def _fake(*args):
-        structs = [
-            jax.ShapeDtypeStruct(tuple(a.shape), _to_jax(torch.empty((), dtype=a.dtype)).dtype)
-            if isinstance(a, torch.Tensor) else a
-            for a in args
-        ]  # fmt: skip
-        shapes = jax.eval_shape(functools.partial(fn), *structs)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        def torch_dtype(jax_dtype):
+            return _to_torch(jax.numpy.zeros((), jax_dtype), torch.device("cpu")).dtype
+
+        # the dtype conversions go through real (empty) tensors: not fake ones under tracing
+        with unset_fake_temporarily():
+            structs = [
+                jax.ShapeDtypeStruct(tuple(a.shape), _to_jax(torch.empty((), dtype=a.dtype)).dtype)
+                if isinstance(a, torch.Tensor) else a
+                for a in args
+            ]  # fmt: skip
+            shapes = jax.eval_shape(functools.partial(fn), *structs)
+            flat = list(shapes) if isinstance(shapes, (tuple, list)) else [shapes]
+            dtypes = [torch_dtype(s.dtype) for s in flat]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         device = tensors[0].device if tensors else torch.device("cpu")
-
-        def empty(s):
-            dtype = _to_torch(jax.numpy.zeros((), s.dtype), torch.device("cpu")).dtype
-            return torch.empty(tuple(s.shape), dtype=dtype, device=device)
-
-        if isinstance(shapes, (tuple, list)):
-            return type(shapes)(empty(s) for s in shapes)
-        return empty(shapes)
+        empties = [
+            torch.empty(tuple(s.shape), dtype=d, device=device)
+            for s, d in zip(flat, dtypes, strict=True)
+        ]
+        return type(shapes)(empties) if isinstance(shapes, (tuple, list)) else empties[0]
 
     return op
 

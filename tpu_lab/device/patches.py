@@ -40,4 +40,10 @@ PATCHES = (
         "('medium' = DEFAULT, 'high' = HIGH, 'highest' = HIGHEST), after setting PyTorch's own "
         "as always; torch.get_float32_matmul_precision stays PyTorch's (modes.install)",
     ),
+    Patch(
+        "torch.backends.tpu (a new module: torch.backends and sys.modules gain it)",
+        "TorchTPU's tutorials set torch.backends.tpu.allow_excess_precision; it is the setting "
+        "torch.tpu.allow_excess_precision holds, nothing else in torch.backends changes "
+        "(backends_tpu.py)",
+    ),
 )

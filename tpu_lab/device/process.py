@@ -231,7 +231,7 @@ def current() -> Device:
 
 def _create() -> Device:
     """Make "tpu" a PyTorch device backed by the compiled core (see :mod:`.core`)."""
-    from . import autocast, compile_backend, dropout, rnn, tpu_module
+    from . import autocast, backends_tpu, compile_backend, dropout, rnn, tpu_module
     from .core import load
 
     core = load()
@@ -248,5 +248,6 @@ def _create() -> Device:
     torch.set_autocast_dtype("tpu", torch.bfloat16)  # TorchTPU's default
     compile_backend.register(device)
     modes.install(device.set_global_precision)
+    backends_tpu.register(device)  # torch.backends.tpu.allow_excess_precision (tutorials)
     _libraries.extend([fallback, library])
     return device

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 _NAME = "tpu_lab_core"
-_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "opcache.cpp", "module.cpp")
+_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "opcache.cpp", "unsigned.cpp", "module.cpp")
 _HERE = Path(__file__).resolve().parent
 
 

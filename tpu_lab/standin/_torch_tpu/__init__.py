@@ -1,10 +1,12 @@
 """tpu_lab's stand-in for TorchTPU (``import torch_tpu`` where torch-tpu is not installed).
 
 Loaded under the name ``torch_tpu`` by :mod:`tpu_lab.standin`, only where no torch-tpu
-distribution is installed. It mirrors the modules TorchTPU 0.2.0's users import (``api``,
-``_internal.execution_mode``, ``_internal.sync``, ``_internal.profiler``, ``_internal.utils``,
-``_internal.distributed``, ``_internal.pallas``) on tpu_lab's bundled, simulated device. As
-TorchTPU does when it loads, it registers the ``"tpu_dist"`` distributed backend.
+distribution is installed. It mirrors the modules TorchTPU's users and its own tutorials import
+(``api``, ``_internal.execution_mode``, ``_internal.sync``, ``_internal.profiler``,
+``_internal.utils``, ``_internal.distributed``, ``_internal.pallas``, ``_internal.device``,
+``_internal.compile``) on tpu_lab's bundled, simulated device: TorchTPU 0.2.0's names, and the
+older ones its tutorials still use (docs/torchtpu-tutorials.md says which). As TorchTPU does when
+it loads, it registers the ``"tpu_dist"`` distributed backend.
 """
 
 import sys

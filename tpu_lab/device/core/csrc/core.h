@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,16 @@ at::Tensor cpu_view(const at::Tensor& t);
 at::Tensor adopt(const at::Tensor& cpu);
 // Route ops with a CPU kernel and a CompositeExplicitAutograd one to the CPU kernel.
 int register_cpu_kernels();
+
+// ---- unsigned.cpp: uint16/uint32 ops the CPU kernels lack ------------------------------------
+
+// Whether an op's arguments (from stack[first]) hold a uint16/uint32 tensor or dtype.
+bool has_narrow_unsigned(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                         size_t first);
+// `run` the op; where the CPU has no kernel for those dtypes, run it on int64 copies instead
+// and cast the results to the dtypes PyTorch gives them (see unsigned.cpp).
+void run_widening(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t first,
+                  const std::function<void(torch::jit::Stack*)>& run);
 
 // ---- module.cpp: calls into Python -----------------------------------------------------------
 

@@ -358,7 +358,11 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     (*stack)[i] = unwrapped.unwrap((*stack)[i]);
   }
   unwrapped.check_devices();
-  run_on_cpu(op, plan, stack, first);
+  if (has_narrow_unsigned(op.schema(), *stack, first)) {  // uint16/uint32: see unsigned.cpp
+    run_widening(op, stack, first, [&](torch::jit::Stack* s) { run_on_cpu(op, plan, s, first); });
+  } else {
+    run_on_cpu(op, plan, stack, first);
+  }
   for (const c10::IValue& value : written) {
     unwrapped.reconcile(value);
   }
