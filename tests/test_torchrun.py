@@ -17,7 +17,6 @@ import psutil
 import pytest
 import torch
 
-from tpu_lab.errors import NotSimulatedError
 from tpu_lab.launch.launch_env import set_tpu_launch_env, topology_for
 from tpu_lab.launch.torchrun import LAUNCH_ENV, _result
 
@@ -134,7 +133,8 @@ def test_set_tpu_launch_env_chooses_the_topology_and_never_overwrites(monkeypatc
     set_tpu_launch_env(nproc_per_node=4)
     assert os.environ["TPU_LAB_TOPOLOGY"] == "v6e-8"
     assert os.environ["TORCH_TPU_XPROF_SESSION_ID"] == session
-    with pytest.raises(NotSimulatedError, match="simulates one host"):
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES", raising=False)
+    with pytest.raises(ValueError, match="expected environment variable TPU_WORKER_HOSTNAMES"):
         set_tpu_launch_env(nnodes=2)
 
 

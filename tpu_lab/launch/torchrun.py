@@ -59,9 +59,14 @@ def bind(world_size: int | None = None) -> str:
     from .tpu_dist import register
 
     world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    hosts = world_size // int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
     active = backend()
-    if active.simulated and active.status().chips != world_size:
-        active.use_topology(topology_for(world_size))
+    if active.simulated:
+        from ..device.topology import parse_topology
+
+        topology = parse_topology(active.status().topology)
+        if (topology.devices, topology.hosts) != (world_size, hosts):
+            active.use_topology(topology_for(world_size, hosts=hosts))
     name = register()
     # As transformers does: this process drives one chip, always tpu:0.
     torch.accelerator.set_device_index(torch.accelerator.current_device_index())
