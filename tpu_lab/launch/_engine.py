@@ -18,16 +18,22 @@ _snapshot: dict = {}
 _stack_file = None
 
 
-def setup(rank: int, world_size: int, store_path: str, timeout_s: float, stack_path: str) -> dict:
-    """Join the ``tpu_dist`` process group as ``rank``; bind this process to its one chip.
+def setup(
+    world_size: int, store_path: str, timeout_s: float, folder: str, rank: int | None = None
+) -> dict:
+    """Join the ``tpu_dist`` process group as ``rank`` (default: this process's ``RANK``, which
+    the cluster's launcher set); bind this process to its one chip.
 
-    On :data:`STACK_SIGNAL` the rank appends every thread's Python stack to ``stack_path``
-    (faulthandler writes it from the signal handler: a rank stuck in C code, even holding the
-    GIL, still says where it is)."""
+    On :data:`STACK_SIGNAL` the rank appends every thread's Python stack to
+    ``folder/stack-RANK.txt`` (faulthandler writes it from the signal handler: a rank stuck in
+    C code, even holding the GIL, still says where it is)."""
     global _stack_file
-    _stack_file = open(stack_path, "a")  # noqa: SIM115 (open for the life of the engine)
+    if rank is None:
+        rank = int(os.environ["RANK"])
+    else:
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    _stack_file = open(stack_path(folder, rank), "a")  # noqa: SIM115 (for the engine's life)
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     import torch.distributed as dist
 
     from .. import runtime
@@ -45,9 +51,15 @@ def setup(rank: int, world_size: int, store_path: str, timeout_s: float, stack_p
     return {
         "rank": rank,
         "pid": os.getpid(),
+        "host": os.environ.get("TPU_WORKER_ID", "0"),
         "backend": status.backend,
         "device": status.device_name,
     }
+
+
+def stack_path(folder: str, rank: int) -> str:
+    """Where rank ``rank`` writes its stacks."""
+    return os.path.join(folder, f"stack-{rank}.txt")
 
 
 def _user_ns() -> dict:

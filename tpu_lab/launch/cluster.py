@@ -3,11 +3,17 @@
 ``start("v6e-4")`` launches an ipyparallel controller and one engine per chip, all bound to
 127.0.0.1; each engine is one rank of a ``torch.distributed`` process group under TorchTPU's
 backend name ``"tpu_dist"`` (gloo on the bundled device, TorchTPU's own on a TPU VM) and drives
-its own chip, ``tpu:0``. ``run_cell(source)`` runs a cell on every rank and returns an
-:class:`SpmdResult`: rank 0's output and result, the sharding of the DTensors the cell bound,
-and the events of every rank. A rank that raises, dies or hangs is reported with
-:class:`~tpu_lab.errors.SpmdError`; ``restart()`` brings up a fresh cluster; ``stop()`` (and
-the interpreter's exit) leaves no process behind. :meth:`Cluster.state_now` is what the
+its own chip, ``tpu:0``. The engines are forked from one process that imported torch once
+(:mod:`.forkserver`). A pod slice (``start("v6e-16")``: 4 hosts of 4 chips) is simulated on
+this machine: each host's engines start with the environment a worker of that slice has
+(:func:`.launch_env.host_environment`), ranks numbered host by host; a host whose ranks all
+die is reported as lost, and the other hosts are stopped.
+
+``run_cell(source)`` runs a cell on every rank and returns an :class:`SpmdResult`: rank 0's
+output and result, the sharding of the DTensors the cell bound, and the events of every rank.
+A rank that raises, dies or hangs is reported with :class:`~tpu_lab.errors.SpmdError`;
+``restart()`` brings up a fresh cluster; ``stop()`` (and the interpreter's exit) leaves no
+process behind. :meth:`Cluster.state_now` is what the
 cluster looks like (its picture: :class:`tpu_lab.views.cluster.ClusterView`).
 """
 
@@ -51,6 +57,7 @@ class Rank:
     rank: int
     engine_id: int
     pid: int
+    host: str = "localhost"
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class ClusterState:
     ready_seconds: float | None
     backend: str | None
     ranks: tuple[tuple[int, int, str], ...]
+    hosts: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (host, its ranks), in rank order
 
 
 class Cluster:
@@ -81,6 +89,7 @@ class Cluster:
         self.backend: str | None = None
         self._ipp = None
         self._client = None
+        self._forks = None
         self._folder: str | None = None
         self._id: str | None = None
 
@@ -104,8 +113,9 @@ class Cluster:
         self.failures = ()
         self._folder = tempfile.mkdtemp(prefix="tpu-lab-cluster-")
         self._id = os.path.basename(self._folder)
-        launch = [sys.executable, str(Path(_engine.__file__).with_name("_launch.py"))]
         from ..runtime import backend
+        from .forkserver import ForkServer
+        from .launch_env import host_environment
 
         if not backend().simulated:  # TorchTPU's per-process launch variables, as torchrun's
             from .torchrun import prepare_launch
@@ -116,40 +126,57 @@ class Cluster:
             CLUSTER_ENV: self._id,
             PARENT_ENV: str(os.getpid()),
         }
+        self._forks = ForkServer(env)  # imports torch while the controller starts
         self._ipp = cluster = ipp.Cluster(
-            n=self.world_size,
+            n=0,
             controller_ip="127.0.0.1",
-            controller_args=["--usethreads"],
+            controller_args=["--usethreads", "--HeartMonitor.period=500"],
             profile_dir=self._folder,
             load_profile=False,
             shutdown_atexit=False,
-            delay=0,
-            engine_timeout=int(timeout_s),
             log_level=40,
         )
+        launch = [sys.executable, str(Path(_engine.__file__).with_name("_launch.py"))]
         config = cluster.config
         config.LocalControllerLauncher.controller_cmd = [*launch, "ipyparallel.controller"]
         config.LocalControllerLauncher.environment = env
-        config.LocalEngineSetLauncher.engine_cmd = [*launch, "ipyparallel.engine"]
-        config.LocalEngineSetLauncher.engine_args = ["--IPEngine.enable_nanny=False"]
-        config.LocalEngineSetLauncher.environment = env
         try:
-            cluster.start_cluster_sync(n=self.world_size)
+            cluster.start_controller_sync()
+            pod = self.topology.slice
+            hosts = [host_environment(self.topology.name, h) for h in range(pod.hosts)]
+            logs = os.path.join(self._folder, "log")
+            os.makedirs(logs, exist_ok=True)
+            for rank in range(self.world_size):
+                host = pod.host_of(rank)
+                local = rank - pod.ranks_of(host)[0]
+                rank_env = {
+                    **hosts[host],
+                    "RANK": str(rank),
+                    "LOCAL_RANK": str(local),
+                    "GROUP_RANK": str(host),
+                    "WORLD_SIZE": str(self.world_size),
+                    "LOCAL_WORLD_SIZE": str(pod.devices_per_host),
+                    "TPU_VISIBLE_CHIPS": str(local),
+                    "IPP_CLUSTER_ID": cluster.cluster_id,
+                    "IPP_PROFILE_DIR": self._folder,
+                }
+                self._forks.fork(
+                    "ipyparallel.engine",
+                    ["--IPEngine.enable_nanny=False", "--HistoryManager.enabled=False"],
+                    rank_env,
+                    os.path.join(logs, f"engine-{rank}.log"),
+                )
             self._client = cluster.connect_client_sync()
             self._client.wait_for_engines(self.world_size, timeout=timeout_s, interactive=False)
             ids = sorted(self._client.ids)[: self.world_size]
             store = os.path.join(self._folder, "store")
             replies = [
                 self._client[eid].apply_async(
-                    _engine.setup,
-                    rank,
-                    self.world_size,
-                    store,
-                    self.collective_timeout_s,
-                    self._stack_path(rank),
+                    _engine.setup, self.world_size, store, self.collective_timeout_s,
+                    self._folder,
                 )
-                for rank, eid in enumerate(ids)
-            ]
+                for eid in ids
+            ]  # fmt: skip
             infos = [r.get(timeout=timeout_s) for r in replies]
         except BaseException as exc:
             self._teardown()
@@ -157,8 +184,12 @@ class Cluster:
                 raise
             raise SpmdError(f"The {self.topology.name} cluster did not start: {exc}") from exc
         self.ranks = tuple(
-            Rank(i["rank"], eid, i["pid"]) for i, eid in zip(infos, ids, strict=True)
-        )
+            sorted(
+                (Rank(i["rank"], eid, i["pid"], i["host"]) for i, eid in zip(infos, ids,
+                                                                            strict=True)),
+                key=lambda r: r.rank,
+            )
+        )  # fmt: skip
         self.backend = infos[0]["backend"]
         self.state = "ready"
         self.ready_seconds = time.perf_counter() - started
@@ -207,9 +238,11 @@ class Cluster:
             except psutil.Error:
                 continue
         psutil.wait_procs(alive, timeout=3)
+        if self._forks is not None:
+            self._forks.close()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
-        self._ipp = self._client = None
+        self._ipp = self._client = self._forks = None
         self.ranks = ()
         self.backend = None
         self.state = "stopped"
@@ -292,7 +325,7 @@ class Cluster:
                 raise SpmdError(failure_message(failures, self.world_size))
 
     def _stack_path(self, rank: int) -> str:
-        return os.path.join(self._folder, f"stack-{rank}.txt")
+        return _engine.stack_path(self._folder, rank)
 
     def _where(self, rank: Rank) -> str:
         """The Python stack of ``rank``'s main thread now, most recent call first ("" if the
@@ -357,7 +390,8 @@ def _main_thread(dump: str) -> str:
     is in the dump."""
     for block in _THREAD.split(dump):
         frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
-        if not frames or "_launch.py" not in frames[-1]:
+        if not frames or not frames[-1].endswith(" in <module>"):
+            continue  # not the main thread (the engine's script at its bottom)
             continue
         shell = [i for i, line in enumerate(frames) if "IPython/core/interactiveshell.py" in line]
         frames = frames[: shell[0]] if shell else frames
