@@ -51,10 +51,22 @@ def setup(
     return {
         "rank": rank,
         "pid": os.getpid(),
-        "host": os.environ.get("TPU_WORKER_ID", "0"),
+        "host": host_name(),
         "backend": status.backend,
         "device": status.device_name,
     }
+
+
+def host_name() -> str:
+    """This process's host: its name in ``TPU_WORKER_HOSTNAMES`` (a pod worker, simulated or
+    not), else the machine's name."""
+    import socket
+
+    names = os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",")
+    worker = os.environ.get("TPU_WORKER_ID", "")
+    if worker.isdigit() and int(worker) < len(names) and names[int(worker)]:
+        return names[int(worker)]
+    return socket.gethostname()
 
 
 def stack_path(folder: str, rank: int) -> str:

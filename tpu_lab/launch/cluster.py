@@ -35,7 +35,7 @@ from pathlib import Path
 from ..errors import SpmdError
 from . import _engine
 from ._launch import PARENT_ENV
-from .spmd_result import RankFailure, SpmdResult, failure_message, gather
+from .spmd_result import RankFailure, SpmdResult, failure_message, gather, lost_hosts_message
 
 #: Environment variable marking every process of one cluster (used to find and stop them).
 CLUSTER_ENV = "TPU_LAB_CLUSTER"
@@ -43,6 +43,8 @@ CLUSTER_ENV = "TPU_LAB_CLUSTER"
 COLLECTIVE_TIMEOUT_S = 120.0
 #: Seconds the other ranks get to finish after one rank failed.
 GRACE_S = 5.0
+#: Seconds to wait, once a rank is found dead, for others dying with it (a lost host).
+SETTLE_S = 1.0
 #: Seconds a rank that did not finish gets to write where it is.
 STACK_S = 3.0
 #: Frames shown of a rank that did not finish (the most recent ones).
@@ -260,6 +262,7 @@ class Cluster:
                     else "Restart it with %tpu cluster restart (or cluster.restart())."
                 )
             )
+        self._raise_if_dead()
         client = self._client
         view = client[[r.engine_id for r in self.ranks]]
         self.failures = ()
@@ -295,12 +298,7 @@ class Cluster:
         while not all(run.ready() for run in runs):
             pending = next(run for run in runs if not run.ready())
             pending.wait(0.05)
-            dead = [r for r in self.ranks if not _alive(r.pid)]
-            if dead:
-                self.state = "broken"
-                failures = [RankFailure(r.rank, r.pid, "died", _exit_text(r.pid)) for r in dead]
-                self.failures = tuple(failures)
-                raise SpmdError(failure_message(failures, self.world_size))
+            self._raise_if_dead()
             now = time.monotonic()
             if first_error is None and any(run.ready() and not run.successful() for run in runs):
                 first_error = now
@@ -323,6 +321,30 @@ class Cluster:
                         failures.append(RankFailure(rank.rank, rank.pid, "hung", why))
                 self.failures = tuple(failures)
                 raise SpmdError(failure_message(failures, self.world_size))
+
+    def _raise_if_dead(self) -> None:
+        """If ranks died: a :class:`SpmdError` naming them (the cluster is broken), or, when
+        every rank of a host died, naming the lost host, after stopping the other hosts."""
+        dead = [r for r in self.ranks if not _alive(r.pid)]
+        if not dead:
+            return
+        # a lost host's ranks die together: let the others that are going show it
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = [r for r in self.ranks if not _alive(r.pid)]
+            if len(now) == len(dead) and time.monotonic() > deadline - SETTLE_S / 2:
+                break
+            dead = now
+        self.state = "broken"
+        failures = [RankFailure(r.rank, r.pid, "died", self._exit_text(r.pid)) for r in dead]
+        self.failures = tuple(failures)
+        lost = self._lost_hosts({r.rank for r in dead})
+        if lost:
+            others = len(self.hosts()) - len(lost)
+            self._teardown()  # the other hosts cannot go on without the lost ones
+            raise SpmdError(lost_hosts_message(lost, failures, others, self.topology.name))
+        raise SpmdError(failure_message(failures, self.world_size))
 
     def _stack_path(self, rank: int) -> str:
         return _engine.stack_path(self._folder, rank)
@@ -349,6 +371,33 @@ class Cluster:
             time.sleep(0.05)
         return ""
 
+    def hosts(self) -> dict[str, tuple[int, ...]]:
+        """Each host and its ranks, in rank order."""
+        out: dict[str, list[int]] = {}
+        for r in self.ranks:
+            out.setdefault(r.host, []).append(r.rank)
+        return {host: tuple(ranks) for host, ranks in out.items()}
+
+    def _lost_hosts(self, dead: set[int]) -> dict[str, tuple[int, ...]]:
+        """The hosts all of whose ranks are in ``dead``, when the cluster has several hosts."""
+        hosts = self.hosts()
+        if len(hosts) < 2:
+            return {}
+        return {h: ranks for h, ranks in hosts.items() if set(ranks) <= dead}
+
+    def _exit_text(self, pid: int) -> str:
+        """How engine ``pid`` ended, as the fork server (its parent) reaped it."""
+        deadline = time.monotonic() + 2.0
+        code = None
+        while self._forks is not None and code is None and time.monotonic() < deadline:
+            code = self._forks.exit_status(pid)
+            time.sleep(0.02)
+        if code is None:
+            return "the process is gone"
+        if code < 0:
+            return f"the process was killed by signal {signal.Signals(-code).name}"
+        return f"the process exited with status {code}"
+
     def state_now(self) -> ClusterState:
         """What the cluster looks like now (whether each rank's process still runs)."""
         failed = {f.rank: f.reason for f in self.failures}
@@ -356,7 +405,10 @@ class Cluster:
             (r.rank, r.pid, failed.get(r.rank) or ("running" if _alive(r.pid) else "exited"))
             for r in self.ranks
         )
-        return ClusterState(self.topology.name, self.state, self.ready_seconds, self.backend, ranks)
+        return ClusterState(
+            self.topology.name, self.state, self.ready_seconds, self.backend, ranks,
+            tuple(self.hosts().items()),
+        )  # fmt: skip
 
 
 def _alive(pid: int) -> bool:
@@ -366,18 +418,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _exit_text(pid: int) -> str:
-    import psutil
-
-    try:
-        code = psutil.Process(pid).wait(0)  # our child: reaps it and reads its status
-    except (psutil.Error, ChildProcessError):
-        return "the process is gone"
-    if code is not None and code < 0:
-        return f"the process was killed by signal {signal.Signals(-code).name}"
-    return f"the process exited with status {code}"
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -78,3 +78,23 @@ def failure_message(failures: list[RankFailure], world: int) -> str:
     )
     body = "\n\n".join(f.describe() for f in failures)
     return f"The cell failed on {len(failures)} of {world} ranks ({ranks}).{fix}\n\n{body}"
+
+
+def lost_hosts_message(
+    lost: dict[str, tuple[int, ...]], failures: list[RankFailure], others: int, topology: str
+) -> str:
+    """A host whose ranks all died: which host, which ranks and how each ended; the other
+    ``others`` hosts were stopped."""
+    how = {f.rank: f for f in failures}
+    parts = []
+    for host, ranks in lost.items():
+        listed = ", ".join(map(str, ranks))
+        lines = [f"Host {host} was lost: all of its ranks died ({listed})."]
+        lines += [f"  rank {r} (pid {how[r].pid}): {how[r].traceback}" for r in ranks]
+        parts.append("\n".join(lines))
+    plural = "s were" if others != 1 else " was"
+    return (
+        "\n".join(parts)
+        + f"\nThe other {others} host{plural} stopped; no process of the cluster is left. "
+        f"Start it again: %tpu cluster start {topology}."
+    )
