@@ -79,6 +79,9 @@ class ClusterState:
 class Cluster:
     """An ipyparallel controller and one engine per chip of ``topology``, on 127.0.0.1."""
 
+    #: Whether the cluster started its engines (and so may signal and stop them).
+    owns_engines = True
+
     def __init__(self, topology: str = "v6e-4", *, collective_timeout_s=COLLECTIVE_TIMEOUT_S):
         from ..device.topology import parse_topology
 
@@ -325,21 +328,21 @@ class Cluster:
     def _raise_if_dead(self) -> None:
         """If ranks died: a :class:`SpmdError` naming them (the cluster is broken), or, when
         every rank of a host died, naming the lost host, after stopping the other hosts."""
-        dead = [r for r in self.ranks if not _alive(r.pid)]
+        dead = [r for r in self.ranks if not self._rank_alive(r)]
         if not dead:
             return
         # a lost host's ranks die together: let the others that are going show it
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:
             time.sleep(0.1)
-            now = [r for r in self.ranks if not _alive(r.pid)]
+            now = [r for r in self.ranks if not self._rank_alive(r)]
             if len(now) == len(dead) and time.monotonic() > deadline - SETTLE_S / 2:
                 break
             dead = now
         self.state = "broken"
-        failures = [RankFailure(r.rank, r.pid, "died", self._exit_text(r.pid)) for r in dead]
+        failures = [RankFailure(r.rank, r.pid, "died", self._exit_text(r)) for r in dead]
         self.failures = tuple(failures)
-        lost = self._lost_hosts({r.rank for r in dead})
+        lost = self._lost_hosts({r.rank for r in dead}) if self.owns_engines else {}
         if lost:
             others = len(self.hosts()) - len(lost)
             self._teardown()  # the other hosts cannot go on without the lost ones
@@ -352,6 +355,8 @@ class Cluster:
     def _where(self, rank: Rank) -> str:
         """The Python stack of ``rank``'s main thread now, most recent call first ("" if the
         rank does not answer within :data:`STACK_S`)."""
+        if not self.owns_engines:  # its pid may be another machine's
+            return ""
         path = self._stack_path(rank.rank)
         start = os.path.getsize(path) if os.path.exists(path) else 0
         try:
@@ -385,8 +390,12 @@ class Cluster:
             return {}
         return {h: ranks for h, ranks in hosts.items() if set(ranks) <= dead}
 
-    def _exit_text(self, pid: int) -> str:
-        """How engine ``pid`` ended, as the fork server (its parent) reaped it."""
+    def _rank_alive(self, rank: Rank) -> bool:
+        return _alive(rank.pid)
+
+    def _exit_text(self, rank: Rank) -> str:
+        """How ``rank``'s engine ended, as the fork server (its parent) reaped it."""
+        pid = rank.pid
         deadline = time.monotonic() + 2.0
         code = None
         while self._forks is not None and code is None and time.monotonic() < deadline:
@@ -402,7 +411,7 @@ class Cluster:
         """What the cluster looks like now (whether each rank's process still runs)."""
         failed = {f.rank: f.reason for f in self.failures}
         ranks = tuple(
-            (r.rank, r.pid, failed.get(r.rank) or ("running" if _alive(r.pid) else "exited"))
+            (r.rank, r.pid, failed.get(r.rank) or ("running" if self._rank_alive(r) else "exited"))
             for r in self.ranks
         )
         return ClusterState(
@@ -432,7 +441,6 @@ def _main_thread(dump: str) -> str:
         frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
         if not frames or not frames[-1].endswith(" in <module>"):
             continue  # not the main thread (the engine's script at its bottom)
-            continue
         shell = [i for i, line in enumerate(frames) if "IPython/core/interactiveshell.py" in line]
         frames = frames[: shell[0]] if shell else frames
         shown = ["  " + line for line in frames[:STACK_FRAMES]]
@@ -468,6 +476,26 @@ def start(topology: str = "v6e-4") -> Cluster:
                 "(%tpu cluster stop) to start another topology."
             )
         _current = Cluster(topology)
+        return _current.start()
+
+
+def connect(
+    profile: str | None = None,
+    cluster_id: str | None = None,
+    url_file: str | None = None,
+    topology: str | None = None,
+) -> Cluster:
+    """Attach to an ipyparallel cluster that its own launchers started (engines on one machine
+    or several; :class:`.connect.ConnectedCluster`) and form the process group over it."""
+    global _current
+    from .connect import ConnectedCluster
+
+    with _lock:
+        if _current is not None and _current.state != "stopped":
+            raise SpmdError(
+                f"A {_current.topology.name} cluster is in use; stop it first (%tpu cluster stop)."
+            )
+        _current = ConnectedCluster(profile, cluster_id, url_file, topology)
         return _current.start()
 
 

@@ -28,8 +28,16 @@ import torch.distributed as dist
 
 #: TorchTPU's backend name (transformers maps device type "tpu" to it).
 BACKEND = "tpu_dist"
-#: The interface gloo listens on: the cluster never leaves this machine.
+#: The interface gloo listens on unless :func:`listen_on` chose another: this machine only.
 LOOPBACK = "127.0.0.1"
+_address = LOOPBACK
+
+
+def listen_on(address: str) -> None:
+    """Listen on ``address`` (a host's address in a cluster that spans machines) in the process
+    groups created from now on."""
+    global _address
+    _address = address
 
 _lock = threading.Lock()
 _libraries: list[torch.library.Library] = []
@@ -59,7 +67,7 @@ class TpuDistBackend(dist.ProcessGroup):
         super().__init__(rank, size)
         options = dist.ProcessGroupGloo._Options()
         options._timeout = timeout
-        options._devices = [dist.ProcessGroupGloo.create_device(hostname=LOOPBACK)]
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname=_address)]
         self._gloo = dist.ProcessGroupGloo(store, rank, size, options)
         # c10d names groups through their backends (DeviceMesh looks groups up by name)
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
