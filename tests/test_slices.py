@@ -46,8 +46,8 @@ def test_a_count_on_one_host_and_on_several_takes_the_host_count():
     with pytest.raises(TopologyError) as info:
         parse_topology("v6e-16/2")
     assert str(info.value) == (
-        "TPU v6e has no 16-device topology on 2 hosts; choose one of 1,4,8; pod slices "
-        "v6e-8/2, v6e-16, v6e-32, v6e-64, v6e-128, v6e-256 (for example 'v6e-8' for one host)."
+        "TPU v6e has no 16-device topology on 2 hosts; choose one of 1, 4, 8 (for example "
+        "'v6e-8'), or a pod slice: v6e-8/2, v6e-16, v6e-32, v6e-64, v6e-128, v6e-256."
     )
 
 

@@ -150,9 +150,11 @@ def make_topology(
         (hosts == 1 and devices in gen.topologies) or (devices, hosts) in pods
     ):
         on = "one host" if hosts == 1 else f"{hosts} hosts"
+        pods = ", ".join(Topology(gen, d, h).name for d, h in pods)
         raise TopologyError(
             f"TPU {gen.name} has no {devices!r}-device topology on {on}; choose one of "
-            f"{_counts(gen)} (for example '{gen.name}-{max(gen.topologies)}' for one host)."
+            f"{', '.join(map(str, gen.topologies))} (for example '{gen.name}-"
+            f"{max(gen.topologies)}')" + (f", or a pod slice: {pods}." if pods else ".")
         )
     return Topology(gen, devices, hosts)
 
