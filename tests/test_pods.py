@@ -44,14 +44,22 @@ def test_each_host_starts_with_a_pod_workers_environment(pod):
     assert pod.state == "ready" and len(pod.ranks) == 16
     assert pod.hosts() == {f"tpu-lab-w-{h}": tuple(range(4 * h, 4 * h + 4)) for h in range(4)}
     result = pod.run_cell(
-        "import json, os, torch.distributed as dist\n"
+        "import json, os, torch, torch.distributed as dist\n"
         "keys = ('TPU_WORKER_ID', 'NODE_RANK', 'LOCAL_RANK', 'TPU_VISIBLE_CHIPS', 'NNODES',\n"
         "        'TORCH_TPU_TOPOLOGY', 'TPU_ACCELERATOR_TYPE', 'TPU_LAB_TOPOLOGY')\n"
         "seen = [None] * dist.get_world_size()\n"
         "dist.all_gather_object(seen, [os.environ[k] for k in keys])\n"
         "print(json.dumps(seen))\n"
+        "from torch.distributed.tensor import Replicate, Shard, distribute_tensor\n"
+        "from tpu_lab.sharding.hybrid import host_mesh\n"
+        "w = distribute_tensor(torch.ones(8, 4), host_mesh(), [Replicate(), Shard(0)])\n"
     )
     seen = json.loads(result.stdout)
+    cell = view(result).to_text(width=200)
+    assert "w  float32[8x4] on mesh (4, 4) Replicate(), Shard(0); dp: across hosts, tp: within " \
+        "each host  [32 B / 32 B" in cell
+    assert "HBM per chip, host by host (live, of 32.00 GiB):" in cell
+    assert "  tpu-lab-w-3: 12: 32 B, 13: 32 B, 14: 32 B, 15: 32 B" in cell
     for rank, (worker, node, local, chip, nnodes, mesh, cloud, name) in enumerate(seen):
         assert (worker, node) == (str(rank // 4), str(rank // 4))
         assert (local, chip) == (str(rank % 4), str(rank % 4))

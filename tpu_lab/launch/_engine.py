@@ -183,8 +183,11 @@ def after_cell() -> dict:
         summary = _describe(value)
         if summary is not None:
             sharded[name] = summary
+    from .. import runtime
+
     events = [(e.kind, e.summary) for e in log.since(seq)]
-    return {"sharding": sharded, "events": events}
+    hbm = runtime.backend().memory()
+    return {"sharding": sharded, "events": events, "hbm": (hbm.live, hbm.peak, hbm.capacity)}
 
 
 def _describe(value) -> dict | None:

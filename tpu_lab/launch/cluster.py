@@ -293,6 +293,8 @@ class Cluster:
             result=result,
             sharding=gather(gathered),
             events=tuple(tuple(map(tuple, g["events"])) for g in gathered),
+            hosts=tuple(r.host for r in self.ranks),
+            hbm=tuple(tuple(g["hbm"]) for g in gathered),
         )
 
     def _wait(self, runs, timeout_s: float | None) -> None:
