@@ -116,6 +116,63 @@ def test_tp_within_hosts_and_dp_across_hosts_equals_one_process(pod, tmp_path):
                                    msg=name)  # fmt: skip
 
 
+TINY_FLUX = {
+    "patch_size": 1, "in_channels": 8, "num_layers": 1, "num_single_layers": 1,
+    "attention_head_dim": 8, "num_attention_heads": 4, "joint_attention_dim": 16,
+    "pooled_projection_dim": 8, "axes_dims_rope": (2, 2, 4),
+}  # fmt: skip
+
+FLUX_BATCH = """
+g = torch.Generator().manual_seed(0)
+batch = dict(
+    hidden_states=torch.randn(4, 16, 8, generator=g),
+    encoder_hidden_states=torch.randn(4, 6, 16, generator=g),
+    pooled_projections=torch.randn(4, 8, generator=g),
+    timestep=torch.tensor([0.1, 0.4, 0.6, 0.9]),
+)
+ids = dict(img_ids=torch.randn(16, 3, generator=g), txt_ids=torch.zeros(6, 3))
+"""
+
+
+def test_the_flux_transformer_tp_within_hosts_dp_across_hosts_gives_one_process_loss(
+    pod, tmp_path
+):
+    """The forward of a TP x DP step: each host's replica on its own sample, diffusers' tensor
+    parallelism within the host, the mean loss over the hosts equal to one process's loss on
+    the whole batch. (Its gradients are not compared: diffusers' plan keeps the per-head
+    norms' weights as plain tensors that each rank applies to its own heads, so their
+    gradients are partial sums over the ranks of a host.)"""
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    FluxTransformer2DModel(**TINY_FLUX).save_pretrained(tmp_path / "flux")
+    out = tmp_path / "flux_loss.pt"
+    pod.run_cell(
+        "import torch, torch.distributed as dist\n"
+        "from diffusers import FluxTransformer2DModel, TensorParallelConfig\n"
+        "from tpu_lab.sharding.hybrid import host_mesh\n"
+        "mesh = host_mesh()\n"
+        f"flux = FluxTransformer2DModel.from_pretrained({str(tmp_path / 'flux')!r},\n"
+        "    parallel_config=TensorParallelConfig(mesh=mesh['tp']))\n"
+        + FLUX_BATCH
+        + "host = mesh.get_local_rank('dp')\n"
+        "mine = {k: v[host:host + 1].to('tpu') for k, v in batch.items()}\n"
+        "mine.update({k: v.to('tpu') for k, v in ids.items()})\n"
+        "with torch.no_grad():\n"
+        "    loss = flux(**mine, return_dict=False)[0].square().mean()\n"
+        "dist.all_reduce(loss, group=mesh.get_group('dp'))\n"
+        "if dist.get_rank() == 0:\n"
+        f"    torch.save(loss.cpu() / 4, {str(out)!r})\n"
+        "str(flux.transformer_blocks[0].attn.to_q.weight.placements)\n"
+    )
+    one = FluxTransformer2DModel.from_pretrained(tmp_path / "flux")  # one process, CPU
+    scope = {"torch": torch}
+    exec(FLUX_BATCH, scope)
+    with torch.no_grad():
+        loss = one(**scope["batch"], **scope["ids"], return_dict=False)[0].square().mean()
+    torch.testing.assert_close(torch.load(out), loss, atol=ATOL, rtol=RTOL)
+
+
 def test_a_lost_host_is_reported_by_host_and_rank_and_nothing_is_left(pod):
     lost = [r for r in pod.ranks if r.host == "tpu-lab-w-2"]
     marker = pod._id

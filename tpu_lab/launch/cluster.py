@@ -270,7 +270,14 @@ class Cluster:
         view = client[[r.engine_id for r in self.ranks]]
         self.failures = ()
         started = time.perf_counter()
-        view.apply_sync(_engine.before_cell)
+        try:
+            view.apply_sync(_engine.before_cell)
+        except Exception as exc:  # noqa: BLE001 (an engine died: ipyparallel's error, any type)
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:  # its process may take a moment to show it
+                self._raise_if_dead()
+                time.sleep(0.1)
+            raise SpmdError(f"The cell could not start on every rank: {exc}") from exc
         runs = [client[r.engine_id].execute(source, block=False, silent=False) for r in self.ranks]
         self._wait(runs, timeout_s)
         failures = [
