@@ -89,11 +89,12 @@ def setup(
     folder: str,
     rank: int | None = None,
     address: str | None = None,
+    host: tuple[int, int, int] | None = None,
 ) -> dict:
     """Join the ``tpu_dist`` process group as ``rank`` (default: this process's ``RANK``, which
     the cluster's launcher set); bind this process to its one chip. ``store`` is a FileStore's
     path, or the (address, port) of rank 0's store; ``address`` is the one gloo listens on
-    (default 127.0.0.1).
+    (default 127.0.0.1); ``host`` is (host index, this rank's index on it, ranks per host).
 
     On :data:`STACK_SIGNAL` the rank appends every thread's Python stack to
     ``folder/stack-RANK.txt`` (faulthandler writes it from the signal handler: a rank stuck in
@@ -102,7 +103,11 @@ def setup(
     if rank is None:
         rank = int(os.environ["RANK"])
     else:
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+        group, local, per_host = host or (0, rank, world_size)
+        os.environ.update(
+            RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world_size),
+            GROUP_RANK=str(group), LOCAL_WORLD_SIZE=str(per_host),
+        )  # fmt: skip
     os.makedirs(folder, exist_ok=True)
     _stack_file = open(stack_path(folder, rank), "a")  # noqa: SIM115 (for the engine's life)
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True)

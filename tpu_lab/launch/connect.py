@@ -119,10 +119,11 @@ class ConnectedCluster(Cluster):
         port = client[first_id].apply_sync(
             _engine.open_store, first["address"], world, self.collective_timeout_s
         )
+        per = pod.devices_per_host
         replies = [
             client[eid].apply_async(
                 _engine.setup, world, (first["address"], port), self.collective_timeout_s,
-                folder, rank, info["address"],
+                folder, rank, info["address"], (rank // per, rank % per, per),
             )
             for rank, (eid, info) in enumerate(engines)
         ]  # fmt: skip
