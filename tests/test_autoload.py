@@ -1,6 +1,7 @@
 """PyTorch's device-backend autoload: ``import torch`` makes "tpu" the bundled device (entry
 point group ``torch.backends``), so libraries that cache the accelerator at import (Diffusers)
-see it whatever the import order; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns it off."""
+see it whatever the import order, and changes nothing else; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``
+turns it off."""
 
 from __future__ import annotations
 
@@ -57,3 +58,39 @@ def test_import_tpu_lab_first_starts_once():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["tpu:0", "True"]
+
+
+def test_import_torch_registers_nothing_with_ipython():
+    done = _run(
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "hooks = {k: list(v) for k, v in shell.events.callbacks.items()}\n"
+        "formatters = dict(shell.display_formatter.formatters['text/html'].type_printers)\n"
+        "import torch\n"
+        "torch.ones(2, device='tpu').cpu()  # a sync point and a transfer: events\n"
+        "print('tpu' in shell.magics_manager.magics['line'],\n"
+        "      {k: list(v) for k, v in shell.events.callbacks.items()} == hooks,\n"
+        "      dict(shell.display_formatter.formatters['text/html'].type_printers) == formatters)"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"]
+
+
+def test_autoload_steps_aside_where_pytorch_has_another_accelerator():
+    """On a CUDA (or ROCm, XPU, MPS) build PyTorch would rank "tpu" first in torch.accelerator,
+    moving code that never names "tpu" off its device: autoload leaves it alone there, and
+    ``import tpu_lab`` registers it when asked. PyTorch's own loader is replayed with a CUDA
+    accelerator reported (this machine's torch is a CPU build)."""
+    done = _run(
+        "import sys, torch\n"
+        "torch.accelerator.current_accelerator = lambda *a, **k: torch.device('cuda')\n"
+        "torch.__spec__._initializing = True  # as while `import torch` runs its autoload\n"
+        "torch._import_device_backends()\n"
+        "torch.__spec__._initializing = False\n"
+        "print('tpu_lab' in sys.modules, torch._C._get_privateuse1_backend_name())\n"
+        "import tpu_lab\n"
+        "print(torch.ones(1, device='tpu').device)",
+        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "privateuseone", "tpu:0"]

@@ -79,12 +79,18 @@ def test_compile_without_backend_uses_tpu_for_tpu_inputs(models):
     )
 
 
-def test_inductor_and_dynamic_are_refused_for_tpu_inputs_as_in_torchtpu(models):
+def test_inductor_given_tpu_inputs_compiles_through_the_device(models):
+    torch._dynamo.reset()
+    cpu, tpu = models
+    x = torch.randn(2, 32)
+    out = torch.compile(tpu, backend="inductor", mode="reduce-overhead")(x.tpu())
+    assert out.is_tpu
+    assert torch.equal(out.cpu(), torch.compile(cpu, backend="inductor")(x))
+
+
+def test_dynamic_true_is_refused_for_tpu_inputs_as_in_torchtpu(models):
     torch._dynamo.reset()
     _, tpu = models
-    with pytest.raises(Exception, match=r"torch.compile\(..., backend='inductor'\) on TPU is"):
-        torch.compile(tpu, backend="inductor")(torch.ones(2, 32, device="tpu"))
-    torch._dynamo.reset()
     with pytest.raises(Exception, match="TPU backend does not support torch.compile"):
         torch.compile(tpu, backend="tpu", dynamic=True)(torch.ones(2, 32, device="tpu"))
 

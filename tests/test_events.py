@@ -184,6 +184,7 @@ def test_events_between_cells_belong_to_no_cell():
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "tpu_lab")  # follows the cells: nothing else registers
     shell.run_cell("import torch; torch.ones(2, device='tpu').sum().item()", store_history=True)
     cell = shell.execution_count - 1
     assert events.log.events("sync")[-1].cell == cell

@@ -83,15 +83,17 @@ def test_load_ext_registers_line_and_cell_magic(shell):
     tpu_lab.load_ipython_extension(shell)
 
 
-def test_import_inside_ipython_registers_the_magics():
+def test_load_ext_and_nothing_else_registers_the_magics():
     code = (
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "sh = InteractiveShell.instance()\n"
         "import tpu_lab\n"
+        "print('tpu' in sh.magics_manager.magics['line'])\n"
+        "sh.run_line_magic('load_ext', 'tpu_lab')\n"
         "print('tpu' in sh.magics_manager.magics['line'], 'tpu' in sh.magics_manager.magics['cell'])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "True True", out.stderr
+    assert out.stdout.split() == ["False", "True", "True"], out.stderr
 
 
 def test_help_lists_every_subcommand(shell):

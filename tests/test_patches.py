@@ -11,12 +11,24 @@ from tpu_lab import device
 from tpu_lab.device import patches
 
 
-def test_torch_compile_is_wrapped_as_torchtpu_wraps_it(fresh_dynamo):
-    assert any(p.target == "torch.compile" for p in patches.ALWAYS)
+def test_torch_compile_changes_only_for_tpu(fresh_dynamo):
+    assert {"torch.compile", "torch._TorchCompileInductorWrapper.__call__"} <= {
+        p.target for p in patches.ALWAYS
+    }
     assert getattr(torch.compile, "_tpu_lab", False)
-    x = torch.ones(3, device="tpu")
-    with pytest.raises(Exception, match="backend='inductor'\\) on TPU is experimental"):
-        torch.compile(lambda t: t * 2, backend="inductor")(x)
+    x = torch.arange(3.0)
+    # Inductor given "tpu" inputs lowers them through the device: the CPU's result
+    assert torch.equal(torch.compile(lambda t: t * 2, backend="inductor")(x.tpu()).cpu(), x * 2)
+    # CPU inputs: PyTorch's automatic dynamic shapes, 2 graphs for 4 sizes (issue 31)
+    frames = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    f = torch.compile(lambda t: t.sin() + 1, backend=frames)
+    g = torch.compile(lambda t: t.cos() + 1)
+    torch._dynamo.utils.counters.clear()
+    for n in (2, 3, 4, 5):
+        f(torch.ones(n))
+        g(torch.ones(n))
+    assert frames.frame_count == 2
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 4  # f's 2 and g's 2
 
 
 def test_convolution_backend_is_asked_about_cpu_tensors_while_tracing(fresh_dynamo):
@@ -28,20 +40,25 @@ def test_convolution_backend_is_asked_about_cpu_tensors_while_tracing(fresh_dyna
     assert compiled(x).stride() == conv(x).stride()
 
 
-def test_float32_matmul_precision_is_the_tpus_as_torchtpu_makes_it():
-    assert any("set_float32_matmul_precision" in p.target for p in patches.ALWAYS)
+def test_float32_matmul_precision_sets_pytorchs_and_the_tpus():
+    assert any(p.target == "torch.set_float32_matmul_precision" for p in patches.ALWAYS)
     assert getattr(torch.set_float32_matmul_precision, "_tpu_lab", False)
-    cpu_setting = torch._C._get_float32_matmul_precision()
+    getter = torch.get_float32_matmul_precision.__code__.co_filename
+    assert getter == torch.__file__  # PyTorch's own function, not a wrapper
     before = torch.get_float32_matmul_precision()
+    tpu_before = device.modes.current_precision()
     try:
         torch.set_float32_matmul_precision("high")
+        assert torch._C._get_float32_matmul_precision() == "high"  # PyTorch's own (CUDA: TF32)
         assert torch.get_float32_matmul_precision() == "high"
         assert device.modes.current_precision() == torch.tpu.Precision.HIGH
-        assert torch._C._get_float32_matmul_precision() == cpu_setting  # the CPU's: untouched
-        with pytest.raises(ValueError, match="one of 'highest', 'high', or 'medium'"):
+        with pytest.warns(UserWarning, match="fast is not one of 'highest', 'high', or 'medium'"):
             torch.set_float32_matmul_precision("fast")
+        assert torch.get_float32_matmul_precision() == "high"
+        assert device.modes.current_precision() == torch.tpu.Precision.HIGH
     finally:
-        torch.set_float32_matmul_precision(before)
+        torch._C._set_float32_matmul_precision(before)
+        device.modes.SETTINGS.precision[0] = tpu_before
 
 
 def test_the_compiled_core_patches_no_torch_class():

@@ -240,6 +240,22 @@ def test_greedy_generate_static_cache_compiled(model_dirs, lowering, use_lowerin
     assert torch.equal(expected, actual)
 
 
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qwen2"])
+def test_generate_with_a_compile_config_equal_to_cpu(model_dirs, name, fresh_dynamo):
+    """The way to decode fast that Transformers documents: a static cache and a
+    ``CompileConfig`` (backend "inductor", mode "reduce-overhead"), compiled on both devices.
+    On "tpu" Inductor's graphs lower through the device (issue 31: it raised an ImportError of
+    TorchTPU's Pallas runtime)."""
+    from transformers import CompileConfig
+
+    expected, actual = _generate_pair(
+        *_pair(model_dirs, name), name, cache_implementation="static",
+        compile_config=CompileConfig(fullgraph=True),
+    )  # fmt: skip
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # it did compile
+    assert torch.equal(expected, actual)
+
+
 # ---------------------------------------------------------------------------------------
 # Training
 

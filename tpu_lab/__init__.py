@@ -1,7 +1,7 @@
 """tpu_lab: a notebook workbench for PyTorch on TPUs, with a bundled simulated TPU device.
 
 ``import tpu_lab`` makes "tpu" a working PyTorch device: TorchTPU's on a real TPU, the bundled
-simulated device (on the CPU) everywhere else.
+simulated device (on the CPU) everywhere else; ``%load_ext tpu_lab`` adds the ``%tpu`` magics.
 """
 
 from __future__ import annotations
@@ -101,36 +101,29 @@ def use_topology(name: str) -> str:
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext tpu_lab``: register the ``%tpu`` / ``%%tpu`` magics (``%tpu --help``)."""
+    """``%load_ext tpu_lab``: register the ``%tpu`` / ``%%tpu`` magics (``%tpu --help``), the
+    display formatters of tpu_lab's data objects and the cell follower of the event log. Only
+    this registers anything with IPython: neither ``import tpu_lab`` nor ``import torch`` does."""
     from .magics import register
 
     register(ipython)
 
 
-def _register_in_ipython() -> None:
-    """``import tpu_lab`` inside IPython (a notebook, the IPython shell) registers the magics."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    if shell is not None:
-        load_ipython_extension(shell)
-
-
 def _start() -> None:
-    """Make "tpu" a device (TorchTPU's or the bundled one) and start observing it."""
+    """Make "tpu" a device (TorchTPU's or the bundled one) and start recording its events."""
     if _activate() is None:
         from .runtime import conflict as _conflict
 
         warnings.warn(_conflict(), RuntimeWarning, stacklevel=3)
-    else:
-        from . import events, standin
+        return
+    from . import events, standin
 
-        events.install()
-        standin.install()  # `import torch_tpu` where TorchTPU is absent (tpu_lab.standin)
-        if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker drives its rank's chip
-            from .launch.torchrun import bind as _bind
+    events.install()
+    standin.install()  # `import torch_tpu` where TorchTPU is absent (tpu_lab.standin)
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker drives its rank's chip
+        from .launch.torchrun import bind as _bind
 
-            _bind()
-    _register_in_ipython()
+        _bind()
 
 
 # Imported by torch's autoload (torch is still initialising): _autoload() decides what runs.

@@ -173,34 +173,10 @@ _DYNAMIC_REFUSED = (
     "TPU backend does not support torch.compile(..., dynamic=True, ...). Please run "
     "torch.compile() with dynamic=None or default dynamism i.e. torch.compile(model) and try again."
 )
-_INDUCTOR_REFUSED = (
-    "torch.compile(..., backend='inductor') on TPU is experimental and does not yet have full TPU "
-    "support; compilation is likely to fail with cryptic errors. Pass backend='tpu' or do not "
-    "specify `backend` in torch.compile to use TorchTPU, which does have full TPU support."
-)
 
 
 def _has_tpu_input(example_inputs) -> bool:
     return any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in example_inputs)
-
-
-def default_backend(gm: torch.fx.GraphModule, example_inputs):
-    """``torch.compile`` without a backend, as TorchTPU patches it: "tpu" for graphs with
-    "tpu" inputs, Inductor for the rest."""
-    if _has_tpu_input(example_inputs):
-        return tpu_backend(gm, example_inputs)
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(gm, example_inputs)
-
-
-def inductor_backend(gm: torch.fx.GraphModule, example_inputs):
-    """``backend="inductor"``: refused for "tpu" inputs with TorchTPU's message."""
-    if _has_tpu_input(example_inputs):
-        raise RuntimeError(_INDUCTOR_REFUSED)
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(gm, example_inputs)
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
@@ -233,11 +209,16 @@ def _register_with_dynamo() -> None:
 
 
 def register() -> None:
-    """Wrap ``torch.compile`` as TorchTPU does: no backend means "tpu" for "tpu" inputs,
-    backend "tpu" means ``dynamic=False``, backend "inductor" is refused for "tpu" inputs.
+    """``torch.compile`` for "tpu", and nothing else changed (patches.py lists both changes):
 
-    The backend is registered with Dynamo on the first ``torch.compile(backend="tpu")``,
-    so that installing the device does not import Dynamo (about 0.8 s).
+    - ``backend="tpu"`` means ``dynamic=False`` unless the call says otherwise, as TorchTPU
+      makes it; every other call reaches ``torch.compile`` exactly as written.
+    - Inductor (no backend, or ``backend="inductor"``) given "tpu" inputs lowers the graph
+      through this device's backend (:func:`tpu_backend`), whose graphs Inductor compiles for
+      the CPU; graphs without "tpu" inputs go to Inductor untouched.
+
+    The "tpu" backend is registered with Dynamo on first use, so that installing the device does
+    not import Dynamo (about 0.8 s).
     """
     original = torch.compile
     if getattr(original, "_tpu_lab", False):
@@ -245,17 +226,23 @@ def register() -> None:
 
     @functools.wraps(original)
     def compile(model=None, *args, **kwargs):
-        hooks.emit("compile_requested")
-        backend = kwargs.get("backend")
-        tuned = kwargs.get("mode") is not None or kwargs.get("options") is not None
-        if backend is None and not tuned:  # Inductor's modes and options stay Inductor's
-            kwargs["backend"] = default_backend
-        elif backend == "inductor" and not tuned:
-            kwargs["backend"] = inductor_backend
-        if backend in (None, "tpu"):
+        if kwargs.get("backend") == "tpu":
             _register_with_dynamo()
             kwargs.setdefault("dynamic", False)
+            hooks.emit("compile_requested")
         return original(model, *args, **kwargs)
 
     compile._tpu_lab = True
     torch.compile = compile
+    inductor = torch._TorchCompileInductorWrapper
+    call = inductor.__call__
+
+    @functools.wraps(call)
+    def inductor_call(self, model_, inputs_):
+        if _has_tpu_input(inputs_):
+            _register_with_dynamo()
+            hooks.emit("compile_requested")
+            return tpu_backend(model_, inputs_)
+        return call(self, model_, inputs_)
+
+    inductor.__call__ = inductor_call

@@ -142,32 +142,27 @@ _MATMUL_PRECISION = {
 
 
 def install() -> None:
-    """Take over ``torch.set_float32_matmul_precision`` and ``torch.get_float32_matmul_precision``
-    as TorchTPU does when it starts the device: they set and read the global precision of the
-    TPU's float32 matmuls ("medium" = ``DEFAULT``, TorchTPU's default; "high" = ``HIGH``;
-    "highest" = ``HIGHEST``), no longer PyTorch's setting for the CPU."""
+    """Let ``torch.set_float32_matmul_precision`` also set the TPU's global float32 matmul
+    precision, as TorchTPU's loader does ("medium" = ``DEFAULT``, TorchTPU's default; "high" =
+    ``HIGH``; "highest" = ``HIGHEST``), after it has set PyTorch's own as always (a CUDA user
+    keeps TF32, the CPU keeps its setting). ``torch.get_float32_matmul_precision`` stays
+    PyTorch's: the TPU's is ``torch.tpu``'s to report. Where TorchTPU itself is loaded it takes
+    both functions over; this device only adds to the setter."""
     import torch
 
-    if getattr(torch.set_float32_matmul_precision, "_tpu_lab", False):
+    original = torch.set_float32_matmul_precision
+    if getattr(original, "_tpu_lab", False):
         return
 
-    @functools.wraps(torch.set_float32_matmul_precision)
+    @functools.wraps(original)
     def set_float32_matmul_precision(precision: str) -> None:
-        if precision not in _MATMUL_PRECISION:
-            raise ValueError(
-                f"expected to be one of 'highest', 'high', or 'medium', got '{precision}'"
-            )
-        SETTINGS.precision[0] = _MATMUL_PRECISION[precision]
-        _precision_changed()
-
-    @functools.wraps(torch.get_float32_matmul_precision)
-    def get_float32_matmul_precision() -> str:
-        names = {p: name for name, p in _MATMUL_PRECISION.items()}
-        return names[SETTINGS.precision[0]]
+        original(precision)  # PyTorch's own setting first (an unknown name: its warning)
+        if precision in _MATMUL_PRECISION:
+            SETTINGS.precision[0] = _MATMUL_PRECISION[precision]
+            _precision_changed()
 
     set_float32_matmul_precision._tpu_lab = True
     torch.set_float32_matmul_precision = set_float32_matmul_precision
-    torch.get_float32_matmul_precision = get_float32_matmul_precision
 
 
 def current_precision() -> Precision:

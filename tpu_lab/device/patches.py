@@ -21,19 +21,26 @@ class Patch:
 ALWAYS = (
     Patch(
         "torch.compile",
-        "as TorchTPU does: no backend means 'tpu' for 'tpu' inputs, backend 'tpu' means "
-        "dynamic=False, backend 'inductor' is refused for 'tpu' inputs (compile_backend.py)",
+        "as TorchTPU does, backend 'tpu' means dynamic=False unless the call sets it; every "
+        "other call reaches torch.compile as written (compile_backend.py)",
+    ),
+    Patch(
+        "torch._TorchCompileInductorWrapper.__call__",
+        "Inductor (no backend, or backend 'inductor') given 'tpu' inputs lowers the graph "
+        "through the device's backend, whose graphs Inductor compiles for the CPU; graphs "
+        "without 'tpu' inputs reach Inductor untouched (compile_backend.py)",
     ),
     Patch(
         "torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format",
-        "while tracing, ask which convolution backend the CPU would use, so traced strides "
-        "match eager execution (compile_backend.py)",
+        "while tracing, ask which convolution backend the CPU would use for 'tpu' tensors, so "
+        "traced strides match eager execution; other tensors are asked about as they are "
+        "(compile_backend.py, from the first torch.compile for 'tpu')",
     ),
     Patch(
-        "torch.set_float32_matmul_precision, torch.get_float32_matmul_precision",
-        "as TorchTPU's loader does: they set and read the TPU's global float32 matmul "
-        "precision ('medium' = DEFAULT, 'high' = HIGH, 'highest' = HIGHEST), no longer "
-        "PyTorch's CPU/CUDA setting (modes.install)",
+        "torch.set_float32_matmul_precision",
+        "as TorchTPU's loader does, it also sets the TPU's global float32 matmul precision "
+        "('medium' = DEFAULT, 'high' = HIGH, 'highest' = HIGHEST), after setting PyTorch's own "
+        "as always; torch.get_float32_matmul_precision stays PyTorch's (modes.install)",
     ),
 )
 

@@ -109,12 +109,11 @@ def follow(shell) -> None:
 
 
 def ipython_cell() -> int | None:
-    """The number (``In [N]``) of the running IPython cell, or ``None`` outside IPython."""
+    """The number (``In [N]``) of the running IPython cell, or ``None`` outside IPython and
+    before ``%load_ext tpu_lab`` (or a dashboard) started following the cells: nothing else
+    registers a hook with IPython."""
     shell_module = sys.modules.get("IPython")
     if shell_module is None:
         return None
     shell = shell_module.get_ipython()
-    if shell is None:
-        return None
-    follow(shell)
-    return _cell[id(shell)]
+    return None if shell is None else _cell.get(id(shell))
