@@ -4,7 +4,8 @@ On a real TPU VM, TorchTPU registers ``"tpu_dist"`` itself and :func:`register` 
 On the bundled device, :func:`register` adds a backend of that name whose collectives run on
 gloo: a "tpu" tensor's bytes are a CPU tensor (its payload), so gloo reads and writes the
 payload in place; nothing is copied and no transfer is recorded. Gloo's sockets are bound to
-127.0.0.1. The same user code (``init_process_group("tpu_dist")``, DTensor, tensor parallel
+127.0.0.1 (to the host's address in a cluster that spans machines: :func:`listen_on`). The
+same user code (``init_process_group("tpu_dist")``, DTensor, tensor parallel
 ``from_pretrained``) then runs unchanged on both.
 
 Every collective reaches gloo through this class's methods, and each one has finished when it
