@@ -16,9 +16,14 @@ KEYS = ("TORCH_TPU_SLICEBUILDER_ADDRESSES", "TORCH_TPU_TOPOLOGY", "TORCH_TPU_XPR
 
 @pytest.fixture
 def clean(monkeypatch):
+    """No launch variable set; afterwards the environment as it was (set_tpu_launch_env
+    writes os.environ itself, which monkeypatch does not undo)."""
+    saved = dict(os.environ)
     for key in KEYS:
         monkeypatch.delenv(key, raising=False)
-    return monkeypatch
+    yield monkeypatch
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def test_each_simulated_host_gets_a_pod_workers_environment():

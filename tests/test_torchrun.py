@@ -124,6 +124,8 @@ def test_topology_has_one_chip_per_process():
 
 
 def test_set_tpu_launch_env_chooses_the_topology_and_never_overwrites(monkeypatch):
+    # set_tpu_launch_env writes os.environ itself: the test works on a copy of it
+    monkeypatch.setattr(os, "environ", dict(os.environ))
     for name in ("TPU_LAB_TOPOLOGY", "TORCH_TPU_TOPOLOGY", "TORCH_TPU_XPROF_SESSION_ID"):
         monkeypatch.delenv(name, raising=False)
     set_tpu_launch_env(nproc_per_node=8)
@@ -239,6 +241,7 @@ def test_on_a_tpu_vm_the_launch_environment_is_torchtpus(monkeypatch):
         calls.append(nproc_per_node)
         os.environ.setdefault("TORCH_TPU_TOPOLOGY", "2,2,1")
 
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the fake writes os.environ
     monkeypatch.delenv("TORCH_TPU_TOPOLOGY", raising=False)
     monkeypatch.setattr(runtime, "backend", lambda: types.SimpleNamespace(simulated=False))
     monkeypatch.setitem(vars(torch.tpu.distributed), "set_tpu_launch_env", fake)
@@ -309,8 +312,8 @@ def test_two_hosts_of_torchrun_on_loopback_form_one_tpu_dist_group(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     marker = uuid.uuid4().hex
-    env = {**os.environ, LAUNCH_ENV: marker, "PYTHONPATH": str(ROOT)}
-    env.pop("TPU_LAB_TOPOLOGY", None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "TORCH_TPU_"))}
+    env.update({LAUNCH_ENV: marker, "PYTHONPATH": str(ROOT)})  # two fresh hosts
     hosts = [
         subprocess.Popen(
             [sys.executable, "-m", "tpu_lab.torchrun", "--nnodes", "2", "--nproc-per-node", "4",
