@@ -108,6 +108,13 @@ def test_connect_forms_tpu_dist_across_two_hosts_and_detaches(outside):
     client.close()
     sh = InteractiveShell.instance()
     tpu_lab.load_ipython_extension(sh)
+    try:
+        _connect_run_detach(sh, url_file, hosts)
+    finally:  # ipyparallel sends later clients' outputs to a shell it finds
+        InteractiveShell.clear_instance()
+
+
+def _connect_run_detach(sh, url_file, hosts) -> None:
     with capture_output() as cap:
         sh.run_line_magic("tpu", f"cluster connect --url-file {url_file}")
     text = cap.outputs[0].data["text/plain"]
