@@ -8,12 +8,6 @@
 #   make bench      every benchmark; the report in benchmarks/results/
 VENV ?= .venv
 PYTEST_ARGS ?=
-# The device's parity suites, run a second time on the pure-Python core (the fallback where
-# no C++ compiler exists); the first run uses the compiled core.
-PYTHON_CORE_TESTS ?= tests/test_device.py tests/test_device_ops.py tests/test_memory.py \
-	tests/test_serialization.py tests/test_fuse.py tests/test_compile.py \
-	tests/test_transformers.py tests/test_diffusers.py tests/test_tpu_module.py \
-	tests/test_numerics.py tests/test_rnn.py
 
 .PHONY: run test lab notebooks bench
 
@@ -27,7 +21,6 @@ test:
 	scripts/setup_torchtpu_env.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
-	TPU_LAB_CORE=python $(VENV)/bin/python -m pytest $(PYTEST_ARGS) $(PYTHON_CORE_TESTS)
 
 lab:
 	VENV=$(VENV) scripts/setup.sh dev

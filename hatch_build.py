@@ -3,8 +3,9 @@
 The core is compiled against the torch of the environment it will run in, so the build can
 only do it where that torch is importable: ``pip install --no-build-isolation`` with torch
 installed first (what ``scripts/setup.sh`` does). In an isolated build (pip's default) torch
-is absent: the install still succeeds, says so, and the pure-Python core runs until
-``tpu-lab build-core``. Where the compiler fails, the same. ``TPU_LAB_BUILD_CORE=0`` skips it.
+is absent: the install still succeeds, says so, and ``tpu-lab build-core`` (or the first
+``import tpu_lab``) builds it. Where the compiler fails, the same. ``TPU_LAB_BUILD_CORE=0``
+skips it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-_CORE = Path(__file__).resolve().parent / "tpu_lab" / "device" / "core.py"
+_CORE = Path(__file__).resolve().parent / "tpu_lab" / "device" / "core" / "build.py"
 
 
 class CoreBuildHook(BuildHookInterface):
@@ -28,11 +29,11 @@ class CoreBuildHook(BuildHookInterface):
         if importlib.util.find_spec("torch") is None:
             self.app.display_warning(
                 "tpu_lab: torch is not importable by this build (pip's build isolation), so the "
-                "compiled device core is not built; the pure-Python core runs until "
-                "`tpu-lab build-core` (or install with --no-build-isolation after torch)."
+                "compiled device core is not built here; `tpu-lab build-core` or the first "
+                "`import tpu_lab` builds it (or install with --no-build-isolation after torch)."
             )
             return
-        # core.py imports only torch and the standard library: load it by path, without
+        # build.py imports only torch and the standard library: load it by path, without
         # importing tpu_lab (which would start the device)
         spec = importlib.util.spec_from_file_location("_tpu_lab_core_build", _CORE)
         core = importlib.util.module_from_spec(spec)
@@ -52,7 +53,7 @@ class CoreBuildHook(BuildHookInterface):
         if version != "editable":  # a wheel carries the library; an editable install reads it
             for built in core.artifacts():
                 build_data["force_include"][str(built)] = (
-                    f"tpu_lab/device/_build/{built.parent.name}/{built.name}"
+                    f"tpu_lab/device/core/_build/{built.parent.name}/{built.name}"
                 )
             build_data["pure_python"] = False
             build_data["infer_tag"] = True

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
@@ -72,22 +71,3 @@ def record(benchmark: str, name: str, value: float, unit: str, **kwargs) -> Figu
 def quick() -> bool:
     """``--quick`` on the command line: fewer repeats (used by ``run_all.py --quick``)."""
     return "--quick" in sys.argv[1:]
-
-
-def run_each_core(core: str, script: str) -> bool:
-    """``--core both``: run ``script`` again once per device core, each in its own process
-    (the core is chosen when the device is installed), compiled first; returns True when it
-    did (the caller stops). Any other ``core``: installs the device on that core in this
-    process (an exit with the reason where it cannot) and returns False."""
-    if core != "both":
-        os.environ["TPU_LAB_CORE"] = core  # read once, when the device is installed
-        import tpu_lab  # noqa: F401  (installs the "tpu" device)
-        from tpu_lab import device
-
-        if device.CORE.name != core:
-            raise SystemExit(f"asked for the {core} core, but {device.CORE}")
-        return False
-    rest = [a for a in sys.argv[1:] if a not in ("--core", "both")]
-    for one in ("compiled", "python"):
-        subprocess.run([sys.executable, script, "--core", one, *rest], check=True)
-    return True

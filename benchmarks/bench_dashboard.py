@@ -1,8 +1,8 @@
 """The live dashboard under a flood: a loop emits 1,000 events per second for a few seconds while
 a Dashboard is attached. Prints the updates sent per second, the largest batch of events one update
-carried, the most events ever held in the synced state, the bytes sent per second, how long an
-event took to reach the widget, and the loop's slowdown with vs without the dashboard
-(interleaved, median of repeats).
+carried, the most events ever kept for the widget and the most rows of its feed (what is sent),
+the bytes sent per second, how long an event took to reach the widget, and the loop's slowdown
+with vs without the dashboard (interleaved, median of repeats).
 
 Widget messages go through a comm that JSON-encodes them the way a kernel would (no front end
 is needed). Run: ``python benchmarks/bench_dashboard.py``.
@@ -75,25 +75,28 @@ def main() -> None:
     dash = Dashboard()
     delays = []  # from an event's recording to the first update that carries it
     held = [0]
+    drawn = [0]  # the most rows in the synced feed
     last = [dash.events[-1]["seq"] if dash.events else 0]
-    flush = dash.flush
+    batches = []  # the events each update carried
+    seen = [dash.seen]
 
-    def measured_flush() -> bool:
-        sent = flush()
+    def measured(change) -> None:
         new = [e for e in dash.events if e["seq"] > last[0]]
-        if sent and new:
+        if new:
             delays.append(time.time() - new[0]["time"])
             last[0] = new[-1]["seq"]
             held[0] = max(held[0], len(dash.events))
-        return sent
+        drawn[0] = max(drawn[0], sum(len(g["rows"]) for g in dash.feed["groups"]))
+        batches.append(dash.seen - seen[0])
+        seen[0] = dash.seen
 
-    dash.flush = measured_flush
-    first, sent0, bytes0 = dash.batches, JsonComm.sent, JsonComm.nbytes
+    dash.observe(measured, names="updates")
+    first, sent0, bytes0 = dash.updates, JsonComm.sent, JsonComm.nbytes
     start = time.perf_counter()
     n, elapsed = paced(args.rate, args.seconds)
     time.sleep(dash.interval * 2)  # the last batch
     window = time.perf_counter() - start
-    updates = dash.batches - first
+    updates = dash.updates - first
     print(
         f"{n} events in {elapsed:.2f} s ({n / elapsed:.0f}/s) with the dashboard attached; "
         f"{(JsonComm.nbytes - bytes0) / window / 1024:.0f} KiB/s in "
@@ -102,9 +105,11 @@ def main() -> None:
     bench = "dashboard"
     record(bench, f"updates sent at {args.rate:,} events/s", updates / window, "per s",
            target=1 / dash.interval, note=f"one per {dash.interval * 1e3:.0f} ms")  # fmt: skip
-    record(bench, "largest batch of events in one update", dash.max_batch, "events")
-    record(bench, "most events held in the synced state", held[0], "events",
+    record(bench, "largest batch of events in one update", max(batches), "events")
+    record(bench, "most events kept for the widget", held[0], "events",
            target=dash.max_events + dash.max_notable)  # fmt: skip
+    record(bench, "most rows in the synced feed", drawn[0], "rows",
+           note="routine events collapse per kind and place")  # fmt: skip
     record(bench, "event to widget, worst", max(delays) * 1e3, "ms",
            note=f"median {statistics.median(delays) * 1e3:.0f} ms")  # fmt: skip
     dash.close()

@@ -3,14 +3,12 @@
 Every figure is a ratio of two timings taken in the same run, interleaved, median of several
 repeats, so that a noisy machine moves both sides alike. Run: ``python benchmarks/bench_device.py``
 (``--quick`` for fewer repeats). The bundled device executes on the CPU: these ratios measure
-the simulation's overhead, never TPU speed. ``--core python`` measures the pure-Python core
-(the fallback where no C++ compiler exists) instead of the compiled one.
+the simulation's overhead, never TPU speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import subprocess
@@ -18,15 +16,10 @@ import sys
 import tempfile
 import time
 
-# tpu_lab is imported by main(), after it chose the core: not at import torch (autoload)
-os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+import torch
 
-import torch  # noqa: E402
-
-from _record import record, run_each_core  # noqa: E402
-
-#: Which core the rows were measured on ("compiled" or "python"), set by main().
-CORE = "compiled"
+import tpu_lab  # noqa: F401  (installs the "tpu" device)
+from _record import record
 
 
 def _timed(fn) -> float:
@@ -46,8 +39,7 @@ def side_by_side(cpu_fn, tpu_fn, repeats: int) -> tuple[float, float]:
 
 
 def _row(name: str, cpu: float, tpu: float, target: float | None = None, note: str = "") -> None:
-    record("device", f"[{CORE} core] {name}", tpu * 1e3, "ms", baseline=cpu * 1e3, target=target,
-           note=note)  # fmt: skip
+    record("device", name, tpu * 1e3, "ms", baseline=cpu * 1e3, target=target, note=note)
 
 
 def _generate_pair(folder: str, **config):
@@ -66,42 +58,23 @@ def _generate_pair(folder: str, **config):
 
 
 def _device_ops(fn) -> int:
-    """How many ops ``fn`` runs on the device (counted where the device's kernels start)."""
-    from tpu_lab.device import bridge
+    """How many ops ``fn`` runs on the device (the core reports each one to a recorder)."""
+    from tpu_lab.device import current
 
-    count = 0
+    core, count = current().core, 0
 
     def counter(qualname, args, kwargs) -> None:
         nonlocal count
         count += 1
 
-    bridge.set_recorder(counter)
+    core.set_recorder(counter)
+    core.set_thread_recording(1)
     try:
         fn()
     finally:
-        bridge.set_recorder(None)
+        core.set_thread_recording(-1)
+        core.set_recorder(current().cache.record)
     return count
-
-
-@contextlib.contextmanager
-def _without_hbm_accounting():
-    """The device with results wrapped as always but never charged to HBM (the kernels' Block
-    swapped for one that counts nothing): measurement only, to show how much of the overhead is
-    accounting (the rest is PyTorch calling a Python kernel per op)."""
-    from tpu_lab.device import kernels
-
-    class Unaccounted:
-        __slots__ = ("tensor", "nbytes", "meta")
-
-        def __init__(self, tensor, nbytes: int) -> None:
-            self.tensor, self.nbytes, self.meta = tensor, 0, None
-
-    saved = kernels.Block
-    kernels.Block = Unaccounted
-    try:
-        yield
-    finally:
-        kernels.Block = saved
 
 
 def bench_generate(repeats: int) -> None:
@@ -111,25 +84,16 @@ def bench_generate(repeats: int) -> None:
     cpu, tpu = side_by_side(on_cpu, on_tpu, repeats)
     _row("tiny-Llama greedy generate (32 tokens)", cpu, tpu, 1.3)
     ops = _device_ops(on_tpu)
-    record("device", f"[{CORE} core] tiny-Llama generate: ops run on the device", ops, "ops",
+    record("device", "tiny-Llama generate: ops run on the device", ops, "ops",
            note=f"{ops / 32:.0f} per generated token")  # fmt: skip
     record(
         "device",
-        f"[{CORE} core] tiny-Llama generate: device overhead per op",
+        "tiny-Llama generate: device overhead per op",
         (tpu - cpu) / ops * 1e6,
         "µs",
-        target=3.0 if CORE == "compiled" else None,
+        target=3.0,
         note=f"the CPU spends {cpu / ops * 1e6:.1f} µs per op in all",
     )
-    if CORE == "python":  # the Python core's accounting is Python too: what does it cost?
-        with _without_hbm_accounting():
-            cpu_again, unaccounted = side_by_side(on_cpu, on_tpu, repeats)
-        _row(
-            "same, HBM accounting switched off (measurement only)",
-            cpu_again,
-            unaccounted,
-            note="what is left: a Python kernel per op",
-        )
     with tempfile.TemporaryDirectory() as folder:
         on_cpu, on_tpu = _generate_pair(
             folder, vocab_size=32000, hidden_size=512, intermediate_size=1376,
@@ -165,7 +129,7 @@ def bench_matmul(repeats: int) -> None:
     flops = 2 * 2048**3
     record(
         "device",
-        f"[{CORE} core] 2048² fp32 matmul throughput",
+        "2048² fp32 matmul throughput",
         flops / tpu / 1e9,
         "GFLOP/s",
         baseline=flops / cpu / 1e9,
@@ -205,7 +169,7 @@ def bench_compile_unet(repeats: int) -> None:
         _, tpu_eager = side_by_side(lambda: None, lambda: tpu_unet(xt, tt).sample, repeats)
     _row("UNet step, compile(backend='tpu') vs CPU eager", cpu, tpu, 1.0)
     _row("UNet step, 'tpu' eager vs CPU eager", cpu, tpu_eager, note="for reference")
-    record("device", f"[{CORE} core] UNet first compiled call (compile time)", first, "s")
+    record("device", "UNet first compiled call (compile time)", first, "s")
 
 
 def bench_import(repeats: int) -> None:
@@ -222,7 +186,7 @@ def bench_import(repeats: int) -> None:
     with_lab = run("import torch, tpu_lab; torch.ones(1, device='tpu')", autoload=False)
     record(
         "device",
-        f"[{CORE} core] import tpu_lab beyond import torch",
+        "import tpu_lab beyond import torch",
         with_lab - torch_only,
         "s",
         target=0.5,
@@ -231,7 +195,7 @@ def bench_import(repeats: int) -> None:
     autoloaded = run("import torch; torch.ones(1, device='tpu')", autoload=True)
     record(
         "device",
-        f"[{CORE} core] import torch with autoload, beyond import torch",
+        "import torch with autoload, beyond import torch",
         autoloaded - torch_only,
         "s",
         target=0.5,
@@ -245,15 +209,7 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=["generate", "forward", "matmul", "compile", "import"], action="append"
     )
-    parser.add_argument(
-        "--core", choices=["compiled", "python", "both"], default="both",
-        help="the device core to measure (both: one process each, compiled first)",
-    )  # fmt: skip
     args = parser.parse_args()
-    if run_each_core(args.core, __file__):
-        return
-    global CORE
-    CORE = args.core
     repeats = 3 if args.quick else 7
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     benches = {

@@ -4,27 +4,20 @@ Every figure is a ratio of two timings taken in the same run, median of several 
 (alternating blocks where a switch is flipped): "tpu" ops with the emulation on against off
 (the cost of the bfloat16 passes); the device's small matmul against the CPU's after the
 emulation was turned on and off again, against the same before it was ever on (what is left on
-the default path: nothing); small ops with DEFER_NEVER's per-op compile-cache counting against
-the same ops with it switched off (what counting adds per op). Run:
-``python benchmarks/bench_numerics.py [--quick] [--core compiled|python|both]``; one thread.
+the default path: nothing). Run: ``python benchmarks/bench_numerics.py [--quick]``; one thread.
 Host time on the simulated device: never TPU speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
-# tpu_lab is imported by main(), after it chose the core: not at import torch (autoload)
-os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+import torch
 
-import torch  # noqa: E402
-
-from _record import record, run_each_core  # noqa: E402
-
-CORE = "compiled"
+import tpu_lab  # noqa: F401  (installs the "tpu" device)
+from _record import record
 
 
 def _timed(fn, loops: int) -> float:
@@ -84,76 +77,27 @@ def bench_emulation(repeats: int) -> None:
             fn, lambda: emulation.emulate(False), emulation.emulate, repeats, loops
         )
         record(
-            "numerics", f"[{CORE} core] {name}: emulation on (DEFAULT) vs off", on_s * 1e3,
+            "numerics", f"{name}: emulation on (DEFAULT) vs off", on_s * 1e3,
             "ms", baseline=off_s * 1e3, baseline_label="emulation off",
         )  # fmt: skip
     after = against_cpu()
     record(
-        "numerics", f"[{CORE} core] 64x64 matmul against the CPU's, emulation turned off again",
+        "numerics", "64x64 matmul against the CPU's, emulation turned off again",
         after, "x CPU", baseline=never, baseline_label="never turned on",
         note="the default path: the same kernel",
-    )  # fmt: skip
-
-
-def bench_counting(repeats: int) -> None:
-    from tpu_lab.device import bridge, compile_cache, kernels
-
-    x = torch.ones(4, device="tpu")
-
-    def small_ops():
-        y = x + 1
-        y = y * 2
-        y.sum()
-
-    native = bridge.native()
-    if native is not None:
-
-        def off():
-            native.op_cache_configure(False, False, 0, False)
-
-        on = bridge.configure_op_cache
-    else:
-
-        def off():
-            kernels.counter = None
-
-        def on():
-            kernels.counter = compile_cache.OPS.count
-
-    cpu = torch.ones(4)
-
-    def cpu_ops():
-        y = cpu + 1
-        y = y * 2
-        y.sum()
-
-    # short alternating blocks, many of them: the machine's noise moves both sides alike
-    without_s, with_s = alternating(small_ops, off, on, 3 * repeats, 500)
-    on()  # DEFER_NEVER counts by default
-    cpu_s = statistics.median(_timed(cpu_ops, 2000) for _ in range(repeats))
-    record(
-        "numerics", f"[{CORE} core] small op, DEFER_NEVER cache counting vs none",
-        with_s / 3 * 1e6, "us", baseline=without_s / 3 * 1e6, baseline_label="not counted",
-        note=f"per op (add, mul, sum on 4 floats); plain CPU {cpu_s / 3 * 1e6:.2f} us per op",
     )  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    parser.add_argument("--core", choices=["compiled", "python", "both"], default="both")
     args = parser.parse_args()
-    if run_each_core(args.core, __file__):
-        return
-    global CORE
-    CORE = args.core
     # one thread: on a machine shared with other work, a thread pool waiting for a busy core
     # makes a matmul's time jump by 10x between calls
     torch.set_num_threads(1)
     repeats = 3 if args.quick else 9
     print(f"torch {torch.__version__}, 1 thread")
     bench_emulation(repeats)
-    bench_counting(repeats)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import nbformat
 
+from tpu_lab.colab import setup_cell
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
-SETUP = '''# Setup: in Colab or any fresh environment this installs tpu_lab; where it is installed, it does nothing.
-import importlib.util
-
-if importlib.util.find_spec("tpu_lab") is None:
-    %pip install --quiet "tpu-lab[hf,video]"'''
+SETUP = setup_cell(("hf", "video"))  # tpu_lab/colab.py: the same first cell everywhere
 
 NB04 = [
     ("md", """# 04 · Images and video

@@ -2,6 +2,8 @@
 
     python scripts/notebooks.py run [NAME ...]     execute, check, and save the outputs in place
     python scripts/notebooks.py check [NAME ...]   execute and check, leave the files as they are
+    python scripts/notebooks.py setup [NAME ...]   rewrite each first code cell from
+                                                   tpu_lab.colab.setup_cell (its extras kept)
 
 A notebook passes when no cell errors and no output holds a traceback, an error message or a
 machine path (the outputs are stored in the repository and read on GitHub). Each run happens in
@@ -95,13 +97,37 @@ def execute(path: Path, timeout: int = 600):
     return nb
 
 
+_EXTRAS = re.compile(r"tpu-lab\[([a-z,]*)\]")
+
+
+def rewrite_setup(nb) -> bool:
+    """Replace the notebook's first code cell (its setup cell) with the current one, keeping
+    the extras it installs and its outputs; False when it was current already."""
+    from tpu_lab.colab import setup_cell
+
+    cell = next(c for c in nb.cells if c.cell_type == "code")
+    extras = _EXTRAS.search(cell.source)
+    if extras is None:
+        raise SystemExit(f"The first code cell installs no tpu-lab[...]:\n{cell.source}")
+    new = setup_cell(tuple(extras.group(1).split(",")))
+    changed, cell.source = cell.source != new, new
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "check"])
+    parser.add_argument("action", choices=["run", "check", "setup"])
     parser.add_argument("names", nargs="*", help="notebooks by number or name (default: all)")
     args = parser.parse_args(argv)
     import nbformat
 
+    if args.action == "setup":
+        for path in notebooks(args.names):
+            nb = nbformat.read(path, as_version=4)
+            if rewrite_setup(nb):
+                nbformat.write(nb, path)
+                print(f"{path.name}: setup cell rewritten")
+        return 0
     failed = 0
     for path in notebooks(args.names):
         start = time.perf_counter()

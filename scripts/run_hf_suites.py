@@ -1,15 +1,30 @@
 """Run Hugging Face's own model tests on the CPU and on the bundled "tpu" device, and compare.
 
-    python scripts/run_hf_suites.py --diffusers PATH --transformers PATH [--core compiled|python]
-                                    [--only NAME ...] [--timeout S] [--jobs 2] [--out DIR]
+    python scripts/run_hf_suites.py --diffusers PATH --transformers PATH [--testing-utils FILE]
+                                    [--generation-only] [--only NAME ...]
+                                    [--per-class N] [-k EXPR] [--timeout S] [--jobs 2] [--out DIR]
 
 PATH is a checkout of the library's repository that is *not* part of this one (its test files
 are other people's code): ``--diffusers`` needs ``PATH/tests`` of a diffusers checkout,
-``--transformers`` a ``PATH/tests`` of transformers (the sdist of the installed version holds
-the common mixins; the model test files and ``tests/utils`` come from the repository; the mixins
-import ``PATH/src/transformers`` by path, a link to the installed package will do). The suites
-also need the test-only package ``parameterized``; ``--pythonpath DIR`` adds a directory that
-holds it.
+``--transformers`` a ``PATH/tests`` of transformers, with ``PATH/src/transformers`` (a link to
+the installed package will do). docs/hf-suites-generation.md says how the Transformers checkout
+is assembled: the common mixins from the sdist of the installed version; the generation mixin
+(``tests/generation/test_utils.py``), ``tests/causal_lm_tester.py``, ``tests/exporters`` and the
+model test files from one commit of the repository. The script prints how many tests the
+checkout's ``GenerationTesterMixin`` defines (none: a stand-in, ``generate()`` goes untested);
+``--generation-only`` keeps just those tests. Two things a checkout of that kind lacks are
+given in the pytest process, and each run's line says so:
+
+- ``--testing-utils FILE``: the library's ``testing_utils.py`` at the tests' commit; the literal
+  constants it has and the installed ``transformers.testing_utils`` lacks are set there
+  (``_TEXT_MODEL_TESTER_DEFAULTS``, which 5.25.0 dropped and the commit's causal-LM tester
+  imports); nothing the installed library defines is replaced;
+- ``tests/distributed_testing_utils.py``, which the sdist's FSDP and tensor-parallel mixins
+  import and which neither the sdist nor any stored version holds: when missing, a module
+  stands in whose every function skips its caller (those are multi-process tests).
+
+The suites also need the test-only package ``parameterized``; ``--pythonpath DIR`` adds a
+directory that holds it.
 
 Each suite of the selection below runs twice with pytest, in a fresh subprocess each, with the
 Hub offline (``HF_HUB_OFFLINE=1``): once with the suite's test device set to "cpu", once to
@@ -117,6 +132,86 @@ _SPEC_NAME = "tpu_lab_diffusers_device_spec.py"
 # pytest plugin (this module, loaded in the child with `-p run_hf_suites`)
 
 
+def supply_testing_utils(path: Path) -> list[str]:
+    """Give ``transformers.testing_utils`` the names it lacks that the ``testing_utils.py`` at
+    ``path`` assigns to a literal, and return them.
+
+    That file is the library's ``testing_utils.py`` at the commit the model test files come
+    from: a test file of that commit may import a constant the installed release has since
+    moved out of the library (5.25.0 no longer has ``_TEXT_MODEL_TESTER_DEFAULTS``, which that
+    commit's ``tests/causal_lm_tester.py`` imports). Nothing the installed library defines is
+    replaced, and nothing but literal constants is taken.
+    """
+    import ast
+
+    from transformers import testing_utils
+
+    supplied = []
+    for node in ast.parse(path.read_text()).body:
+        if not (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            continue
+        name = node.targets[0].id
+        if hasattr(testing_utils, name):
+            continue
+        try:
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            continue
+        setattr(testing_utils, name, value)
+        supplied.append(name)
+    return supplied
+
+
+#: Helper modules that files of the installed version's sdist import but that neither the sdist
+#: nor any stored version of the repository holds. When the checkout lacks one, a stand-in is
+#: imported instead whose every function skips the test that calls it, with this reason.
+MISSING_HELPERS = {
+    "tests.distributed_testing_utils": (
+        "tests/distributed_testing_utils.py (imported by the sdist's FSDP and tensor-parallel "
+        "mixins) is in neither the sdist nor the stored repository: multi-process test not run"
+    ),
+}
+
+
+def stand_in_missing_helpers(rootpath: Path) -> list[str]:
+    """Register a stand-in for each of ``MISSING_HELPERS`` the checkout at ``rootpath`` lacks."""
+    import types
+
+    standing_in = []
+    for name, reason in MISSING_HELPERS.items():
+        if (rootpath / (name.replace(".", "/") + ".py")).exists():
+            continue
+
+        def attribute(attr: str, reason: str = reason):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+
+            def skip(*args, **kwargs):
+                import pytest
+
+                pytest.skip(reason)
+
+            return skip
+
+        module = types.ModuleType(name, reason)
+        module.__getattr__ = attribute
+        sys.modules[name] = module
+        standing_in.append(name)
+    return standing_in
+
+
+def pytest_configure(config):  # pragma: no cover - runs in the child
+    path = os.environ.get("HF_SUITES_TESTING_UTILS")
+    if path:
+        config._hf_suites_supplied = supply_testing_utils(Path(path))
+    if os.environ.get("TRANSFORMERS_TEST_DEVICE"):
+        config._hf_suites_standins = stand_in_missing_helpers(config.rootpath)
+
+
 def pytest_sessionstart(session):  # pragma: no cover - runs in the child
     path = os.environ.get("HF_SUITES_LOG")
     if not path:
@@ -124,14 +219,14 @@ def pytest_sessionstart(session):  # pragma: no cover - runs in the child
     import torch
 
     info = {"event": "start", "accelerator": str(torch.accelerator.current_accelerator())}
+    for key in ("supplied", "standins"):
+        value = getattr(session.config, f"_hf_suites_{key}", None)
+        if value:
+            info[key] = value
     if "tpu_lab" in sys.modules:
-        try:
-            from tpu_lab.device import core
+        from tpu_lab.device import core
 
-            choice = core.choose()
-            info["core"] = f"{choice.name} ({choice.reason})"
-        except Exception as exc:  # noqa: BLE001 - informative only
-            info["core"] = f"? ({exc})"
+        info["core"] = core.describe()
     else:
         info["core"] = "tpu_lab not loaded"
     with open(path, "a") as f:
@@ -178,9 +273,23 @@ except ImportError:  # pragma: no cover
     pass
 
 
+def only_named(items: list, names: list[str]) -> tuple[list, list]:
+    """Split ``items`` into the tests named in ``names`` (a ``parameterized.expand`` case,
+    ``name_<i>[_<params>]``, counts as its test) and the rest."""
+    named = re.compile("(?:" + "|".join(map(re.escape, names)) + r")(?:_\d+(?:_\w*)?)?")
+    keep = [item for item in items if named.fullmatch(item.name)]
+    return keep, [item for item in items if not named.fullmatch(item.name)]
+
+
 def pytest_collection_modifyitems(session, config, items):  # pragma: no cover - in the child
-    """``--per-class N``: keep the first N tests of each test class (collection order, the
-    same on both devices) plus every test whose name matches ``--always``."""
+    """``--generation-only``: keep the tests GenerationTesterMixin defines. ``--per-class N``:
+    keep the first N tests of each test class (collection order, the same on both devices)
+    plus every test whose name matches ``--always``."""
+    names = [n for n in (os.environ.get("HF_SUITES_ONLY_TESTS") or "").split(",") if n]
+    if names:
+        items[:], drop = only_named(items, names)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
     per_class = int(os.environ.get("HF_SUITES_PER_CLASS") or 0)
     if per_class <= 0:
         return
@@ -251,6 +360,7 @@ class Run:
     returncode: int | None = None
     core: str = ""
     log: str = ""
+    supplied: list[str] = field(default_factory=list)  # what the child gave the checkout
 
     def count(self, outcome: str) -> int:
         return sum(1 for o, _ in self.results.values() if o == outcome)
@@ -294,9 +404,9 @@ def run_one(
         PYTHONPATH=os.pathsep.join(
             [str(HERE), *args.pythonpath, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
         ),
-        TPU_LAB_CORE=args.core,
         HF_SUITES_PER_CLASS=str(args.per_class),
         HF_SUITES_ALWAYS=args.always,
+        HF_SUITES_ONLY_TESTS=",".join(args.only_tests if library == "transformers" else []),
         PYTHONDONTWRITEBYTECODE="1",
     )
     env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
@@ -308,6 +418,9 @@ def run_one(
             env["DIFFUSERS_TEST_DEVICE_SPEC"] = _SPEC_NAME
     else:
         env["TRANSFORMERS_TEST_DEVICE"] = device
+        env.pop("HF_SUITES_TESTING_UTILS", None)
+        if args.testing_utils:
+            env["HF_SUITES_TESTING_UTILS"] = str(args.testing_utils.resolve())
     cmd = [
         sys.executable,
         "-m",
@@ -351,10 +464,31 @@ def run_one(
             rec = json.loads(line)
             if rec.get("event") == "start":
                 run.core = rec.get("core", "")
+                run.supplied = rec.get("supplied", []) + [
+                    f"{m} (stand-in)" for m in rec.get("standins", [])
+                ]
             # subtests log one record each under their test's id: a failure sticks
             elif from_log and run.results.get(rec["id"], ("",))[0] not in ("failed", "error"):
                 run.results[rec["id"]] = (rec["outcome"], rec["message"])
     return run
+
+
+def generation_mixin_tests(checkout: Path) -> list[str]:
+    """The tests ``GenerationTesterMixin`` defines in the checkout's
+    ``tests/generation/test_utils.py`` (none for a missing file or an empty stand-in)."""
+    import ast
+
+    path = checkout / "tests" / "generation" / "test_utils.py"
+    if not path.is_file():
+        return []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == "GenerationTesterMixin":
+            return [
+                f.name
+                for f in node.body
+                if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")
+            ]
+    return []
 
 
 def compare(cpu: Run, tpu: Run) -> list[tuple[str, str, str, str]]:
@@ -378,9 +512,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--transformers", type=Path, help="a transformers checkout (its tests/ folder is used)"
     )
-    ap.add_argument(
-        "--core", choices=("compiled", "python", "auto"), default="auto", help="TPU_LAB_CORE"
-    )
     ap.add_argument("--only", nargs="*", default=[], help="suite names to run (default: all)")
     ap.add_argument("--devices", nargs="*", default=["cpu", "tpu"])
     ap.add_argument("-k", default=None, help="an extra -k expression for every suite")
@@ -388,6 +519,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="suite runs at once (each is one process)")
     ap.add_argument(
         "--pythonpath", action="append", default=[], help="extra import path (parameterized)"
+    )
+    ap.add_argument(
+        "--testing-utils",
+        type=Path,
+        default=None,
+        help="transformers' testing_utils.py at the model test files' commit: constants they "
+        "import that the installed version lacks are taken from it",
+    )
+    ap.add_argument(
+        "--generation-only",
+        action="store_true",
+        help="transformers: run only the tests GenerationTesterMixin defines (by name)",
     )
     ap.add_argument("--list-hub", action="store_true", help="list the tests skipped for the Hub")
     ap.add_argument(
@@ -414,6 +557,20 @@ def main(argv: list[str] | None = None) -> int:
     for lib, path in checkouts.items():
         if path is not None and not (path / "tests").is_dir():
             ap.error(f"--{lib} {path}: no tests/ folder there")
+    args.only_tests = []
+    if args.transformers is not None:
+        mixin = generation_mixin_tests(args.transformers)
+        if args.generation_only:
+            if not mixin:
+                ap.error("--generation-only: the checkout has no GenerationTesterMixin test")
+            args.only_tests = mixin
+        print(
+            f"transformers: GenerationTesterMixin defines {len(mixin)} tests"
+            if mixin
+            else "transformers: tests/generation/test_utils.py defines no GenerationTesterMixin "
+            "test (missing or a stand-in): generate() is not tested",
+            flush=True,
+        )
     out_dir = (args.out or Path(tempfile.mkdtemp(prefix="hf-suites-"))).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -433,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {lib:12s} {device:4s} {state:8s} {r.seconds:6.0f}s  passed {r.count('passed')} "
             f"failed {r.count('failed') + r.count('error')} skipped {r.count('skipped')}"
-            f"  core: {r.core}",
+            f"  core: {r.core}" + (f"  supplied: {', '.join(r.supplied)}" if r.supplied else ""),
             flush=True,
         )
         return job, r

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The device suites on other torch minors: for each version given (default: 2.11.0 2.14.1),
 # a venv .venv-torch-VERSION with that torch and tpu_lab[hf,dev], the compiled core built for
-# it, and the device suites run on the compiled core and on the pure-Python one.
+# it, and the device suites run on it.
 #   scripts/torch_matrix.sh 2.14.1          # one version
 # Versions other than the local 2.13.0+cpu come from PyPI as CUDA builds (about 3 GB each with
-# their libraries; a few minutes to install). Prints one summary line per version and core.
+# their libraries; a few minutes to install). Prints one summary line per version.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 versions=("$@")
@@ -22,14 +22,11 @@ for version in "${versions[@]}"; do
         status=1
         continue
     fi
-    for core in compiled python; do
-        log="$venv/pytest-$core.log"
-        TPU_LAB_CORE=$core "$venv/bin/python" -m pytest -q -p no:cacheprovider "${suites[@]}" \
-            >"$log" 2>&1
-        code=$?
-        [ "$code" -eq 0 ] || status=1
-        summary+=("torch $version, $core core: $(tail -n 1 "$log") (exit $code; log $log)")
-    done
+    log="$venv/pytest.log"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${suites[@]}" >"$log" 2>&1
+    code=$?
+    [ "$code" -eq 0 ] || status=1
+    summary+=("torch $version: $(tail -n 1 "$log") (exit $code; log $log)")
 done
 printf '%s\n' "${summary[@]}"
 exit "$status"

@@ -218,10 +218,10 @@ def train_flux(parts, latents, captions, seconds, batch, lr, device, log, drop=0
 
 
 def untie(t5) -> None:
-    """T5 ties ``shared`` to ``encoder.embed_tokens``. On the device's compiled core (as on
-    CUDA) ``model.to("tpu")`` keeps them one parameter; on the pure-Python core it makes two
-    copies, of which the encoder trained the second. Tie them to the trained one, so that
-    ``from_pretrained`` finds them equal whichever core trained."""
+    """T5 ties ``shared`` to ``encoder.embed_tokens``; ``model.to("tpu")`` keeps them one
+    parameter (as on CUDA), but a run resumed from weights the earlier pure-Python core trained
+    holds two copies, of which the encoder trained the second. Tie them to the trained one, so
+    that ``from_pretrained`` finds them equal."""
     t5.shared = t5.encoder.embed_tokens
 
 

@@ -16,28 +16,6 @@ def fresh_dynamo():
 
 
 @pytest.fixture
-def python_core():
-    """Skip the test unless the pure-Python core runs: it tests that core's internals
-    (``make test`` runs the device suites once more with ``TPU_LAB_CORE=python``)."""
-    from tpu_lab import device
-
-    device.install()
-    if device.CORE.name != "python":
-        pytest.skip("tests the pure-Python core's kernels (TPU_LAB_CORE=python)")
-
-
-@pytest.fixture
-def compiled_core():
-    """Skip the test unless the compiled core runs: pinned memory and storage resize come from
-    its C++ hooks, which the pure-Python core cannot provide."""
-    from tpu_lab import device
-
-    device.install()
-    if device.CORE.name != "compiled":
-        pytest.skip("needs the compiled core's hooks (tpu-lab build-core)")
-
-
-@pytest.fixture
 def use_lowering():
     """``use_lowering("aten")``: "tpu" graphs compiled for the rest of the test run that way
     (``aten``: the ATen graph as is, instant; ``inductor``: Inductor's CPU code, the default)."""

@@ -54,7 +54,7 @@ def test_import_tpu_lab_first_starts_once():
     done = _run(
         "import tpu_lab, torch\n"
         "from tpu_lab import device\n"
-        "print(torch.ones(1, device='tpu').device, device.is_installed())"
+        "print(torch.ones(1, device='tpu').device, device.exists())"
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["tpu:0", "True"]

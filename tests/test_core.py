@@ -1,4 +1,5 @@
-"""Which core runs the bundled device (TPU_LAB_CORE), and what doctor says about it."""
+"""The bundled device's compiled core: built once per torch version, loaded through one
+interface, and what doctor says about it."""
 
 from __future__ import annotations
 
@@ -6,50 +7,58 @@ import pytest
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
 from tpu_lab import device
-from tpu_lab.device import core
+from tpu_lab.device.core import Core, build
 from tpu_lab.doctor import diagnose
+from tpu_lab.errors import DeviceCoreError
 
 
-def test_the_environment_chooses_the_core(monkeypatch):
-    monkeypatch.setenv(core.CORE_ENV, "python")
-    assert core.choose() == core.CoreChoice("python", "TPU_LAB_CORE=python")
-    monkeypatch.setenv(core.CORE_ENV, "fast")
-    with pytest.raises(ValueError, match="TPU_LAB_CORE='fast': use 'auto'"):
-        core.choose()
+def test_the_device_talks_to_the_core_through_its_interface():
+    """Every method the Python side calls exists in the compiled module, and nothing else of
+    the module is used (``Core`` lists it once)."""
+    native = device.current().core
+    wanted = {name for name in vars(Core) if not name.startswith("_")}
+    assert wanted <= set(dir(native))
+    assert wanted == {name for name in dir(native) if not name.startswith("_")}
 
 
-def test_a_missing_build_falls_back_or_is_an_error(monkeypatch):
-    monkeypatch.setattr(core, "status", lambda: (False, "not built for torch X (run: x)"))
-    monkeypatch.setenv(core.CORE_ENV, "auto")
-    assert core.choose() == core.CoreChoice("python", "the compiled core is not built for torch "
-                                            "X (run: x)")  # fmt: skip
-    monkeypatch.setenv(core.CORE_ENV, "compiled")
-    with pytest.raises(RuntimeError, match="TPU_LAB_CORE=compiled, but the compiled core is not"):
-        core.choose()
+def test_a_missing_core_is_built_or_explained(monkeypatch):
+    from tpu_lab.device import core
+
+    monkeypatch.setattr(build, "status", lambda: (False, "not built for torch X (run: x)"))
+    with pytest.raises(DeviceCoreError, match=r"core is not built for torch X \(run: x\)"):
+        core.load(build_if_needed=False)
+
+    def fails(**kwargs):
+        raise RuntimeError("Building tpu_lab's compiled device core failed. g++: not found")
+
+    monkeypatch.setattr(build, "build", fails)
+    with pytest.raises(DeviceCoreError, match="g\\+\\+: not found"):
+        core.load()
 
 
 def test_changed_sources_need_a_rebuild(monkeypatch):
-    built, _ = core.status()
+    built, _ = build.status()
     if not built:
         pytest.skip("the compiled core is not built here")
-    monkeypatch.setattr(core, "_fingerprint", lambda: "0" * 16)
-    assert core.status() == (False, "built from older sources (run: tpu-lab build-core)")
+    monkeypatch.setattr(build, "_fingerprint", lambda: "0" * 16)
+    assert build.status() == (False, "built from older sources (run: tpu-lab build-core)")
 
 
 def test_rebuilding_an_up_to_date_core_keeps_its_build_record():
-    built, _ = core.status()
+    built, _ = build.status()
     if not built:
         pytest.skip("the compiled core is not built here")
-    if core.build() is not None:  # this interpreter's command line differed: it did compile
-        assert core.built_by().startswith("by tpu-lab build-core in ")
-    record = core.built_by()
-    assert core.build() is None  # ninja found nothing to do: the record says how it was built
-    assert core.built_by() == record and core.status()[0]
+    if build.build() is not None:  # this interpreter's command line differed: it did compile
+        assert build.built_by().startswith("by tpu-lab build-core in ")
+    record = build.built_by()
+    assert build.build() is None  # ninja found nothing to do: the record says how it was built
+    assert build.built_by() == record and build.status()[0]
 
 
-def test_doctor_says_which_core_runs():
+def test_doctor_says_how_the_core_was_built():
     rows = dict(diagnose().rows)
-    assert rows["device core"] == f"{device.CORE.name} ({device.CORE.reason})"
+    assert rows["device core"] == build.status()[1]
+    assert rows["device core"].startswith("built for torch ")
 
 
 class _App:
@@ -65,7 +74,7 @@ class _App:
 
 def _hook(monkeypatch, target="wheel"):
     pytest.importorskip("hatchling")
-    monkeypatch.syspath_prepend(str(core._HERE.parent.parent))
+    monkeypatch.syspath_prepend(str(build._HERE.parents[2]))
     from hatch_build import CoreBuildHook
 
     hook = CoreBuildHook.__new__(CoreBuildHook)  # hatchling's constructor needs a project
@@ -137,6 +146,6 @@ def test_the_device_modules_import_each_other_without_a_cycle():
         path.pop()
         done.add(name)
 
-    assert {"bridge", "modes", "compile_cache"} <= graph.keys() and "modes" in graph["bridge"]
+    assert {"process", "modes", "compile_cache"} <= graph.keys() and "modes" in graph["process"]
     for name in sorted(graph):
         visit(name)

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 import tpu_lab
+from tpu_lab import events
 from tpu_lab.events import EventLog
+from tpu_lab.events.event_log import Pending
 from tpu_lab.views._dashboard_view import DashboardView
 
 pytest.importorskip("anywidget", reason="the dashboard needs the [lab] extra")
@@ -113,9 +115,9 @@ def test_the_toggle_switches_torch_tpu_eager_mode(log, dashboards, restore_mode)
     assert torch.tpu.eager_mode is torch.tpu.EagerMode.DEFER_NEVER
 
 
-def test_mode_changes_elsewhere_reach_the_widget_without_a_flush(log, dashboards, restore_mode):
+def test_mode_changes_elsewhere_reach_the_widget_without_a_flush(dashboards, restore_mode):
     torch.tpu.eager_mode = torch.tpu.EagerMode.DEFER_NEVER
-    dash = dashboards(log=log, interval=0.02, poll=60)
+    dash = dashboards(interval=0.02, poll=60)  # the process's log records the mode changes
     with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING):
         assert wait_for(lambda: dash.eager_mode == "DEFER_NEVER_AND_LAUNCH_BLOCKING")
     assert wait_for(lambda: dash.eager_mode == "DEFER_NEVER")
@@ -141,10 +143,23 @@ def test_events_reach_the_widget_without_a_flush(log, dashboards):
     assert dash.events[-1]["summary"] == "cpu->tpu copy of 4 B"
 
 
+def updates_of(dash) -> list[int]:
+    """The events each update of ``dash`` carried, from now on."""
+    seen = [dash.seen]
+    carried = []
+
+    def sent(change) -> None:
+        carried.append(dash.seen - seen[0])
+        seen[0] = dash.seen
+
+    dash.observe(sent, names="updates")
+    return carried
+
+
 def test_a_flood_is_batched_and_bounded_and_keeps_the_recompile(log, dashboards):
     interval = 0.05
     dash = dashboards(log=log, interval=interval, poll=60, max_events=20, max_notable=5)
-    first = dash.batches
+    carried = updates_of(dash)
     log.record("recompile", "recompiled f: argument x: dimension 0 changed from 4 to 8",
                **RECOMPILE)  # fmt: skip
     start = time.monotonic()
@@ -154,9 +169,8 @@ def test_a_flood_is_batched_and_bounded_and_keeps_the_recompile(log, dashboards)
         n += 1
     elapsed = time.monotonic() - start
     dash.flush()
-    sent = dash.batches - first
-    assert sent <= elapsed / interval + 3  # coalesced: never more than one update per interval
-    assert dash.max_batch > 1
+    assert len(carried) <= elapsed / interval + 3  # coalesced: at most one update per interval
+    assert max(carried) > 1
     assert len(dash.events) == 21  # the 20 newest plus the recompile they pushed out
     assert dash.events[0]["kind"] == "recompile"
     assert dash.seen == n + 1
@@ -165,26 +179,35 @@ def test_a_flood_is_batched_and_bounded_and_keeps_the_recompile(log, dashboards)
     ]
 
 
-def test_after_each_ipython_cell_lazily_recorded_compilations_are_shown(log, dashboards):
+class LateSource:
+    """Like Dynamo's collector: compilations finished earlier, handed to the log when it reads."""
+
+    def __init__(self) -> None:
+        self.pending = []
+
+    def collect(self):
+        done = [Pending("compile", text, None, {}, time.time()) for text in self.pending]
+        self.pending.clear()
+        return done
+
+
+def test_after_each_ipython_cell_lazily_recorded_compilations_are_shown(dashboards):
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    pending = []
-
-    def pull():  # like Dynamo's collector: compilations finished earlier, recorded on read
-        done = pending[:]
-        pending.clear()
-        for text in done:
-            log.record("compile", text)
-
-    log.pull = pull
-    dash = dashboards(log=log, poll=60, interval=60)
-    shell.user_ns["pending"] = pending
-    shell.run_cell("pending.append('compiled f in 0.10 s (1 ops)')")
-    assert [e["summary"] for e in dash.events] == ["compiled f in 0.10 s (1 ops)"]
-    dash.close()
-    shell.run_cell("pending.append('compiled g in 0.10 s (1 ops)')")
-    assert len(dash.events) == 1  # closed: unhooked
+    events.reset()
+    source = LateSource()
+    remove = events.log.add_source(source)
+    try:
+        dash = dashboards(poll=60, interval=60)  # the process's log: the cell's end reaches it
+        shell.user_ns["pending"] = source.pending
+        shell.run_cell("pending.append('compiled f in 0.10 s (1 ops)')")
+        assert [e["summary"] for e in dash.events] == ["compiled f in 0.10 s (1 ops)"]
+        dash.close()
+        shell.run_cell("pending.append('compiled g in 0.10 s (1 ops)')")
+        assert len(dash.events) == 1  # closed: unhooked
+    finally:
+        remove()
 
 
 def test_close_stops_updates(log, dashboards, restore_mode):
@@ -298,8 +321,8 @@ def test_static_html_draws_no_gauge_for_chips_of_other_processes():
     assert "32.00 GiB, driven by another process" in html
 
 
-def test_static_view_collapses_routine_events_per_kind_and_place():
-    from tpu_lab.views._dashboard_view import _rows
+def test_the_feed_collapses_routine_events_per_kind_and_place():
+    from tpu_lab.views._dashboard_rows import collapse
 
     def event(seq, kind, summary, where="In[3]:2"):
         return {"seq": seq, "kind": kind, "summary": summary, "where": where}
@@ -312,7 +335,7 @@ def test_static_view_collapses_routine_events_per_kind_and_place():
         event(5, "sync", "host waited for the device (item)"),
         event(6, "sync", "host waited for the device (item)", where="In[3]:5"),
     ]
-    assert [(e["seq"], n, s) for e, n, s in _rows(events)] == [
+    assert [(e["seq"], n, s) for e, n, s in collapse(events)] == [
         (1, 2, "2 transfer events, first: cpu->tpu copy of 128 B"),
         (2, 2, "host waited for the device (item)"),
         (4, 1, "recompiled f: argument x: dimension 0 changed from 3 to 4"),
@@ -327,3 +350,82 @@ def test_the_toggle_offers_the_session_modes_of_the_session(log, dashboards):
         ("DEFER_AND_FUSE", "DEFER_AND_FUSE"),  # TorchTPU's name; "compiled" is torch.compile
         ("DEFER_NEVER_AND_LAUNCH_BLOCKING", "Blocking"),
     ]
+
+
+def test_the_driven_chip_is_the_one_the_backend_names(log, dashboards, monkeypatch):
+    import dataclasses
+
+    from tpu_lab.runtime import backend
+
+    active = backend()
+    status = dataclasses.replace(
+        active.status(), chips=4, topology="v6e-4", topology_shape=(2, 2, 1), chip_index=2
+    )
+    monkeypatch.setattr(active, "status", lambda: status)
+    dash = dashboards(log=log, poll=60)
+    assert [c["driven"] for c in dash.chips] == [False, False, True, False]
+    assert dash.chips[2]["live"] == status.memory.live and dash.chips[0]["live"] == 0
+
+
+def test_the_rows_of_a_state_are_computed_once_for_every_drawing():
+    from tpu_lab.views._dashboard_rows import rows
+
+    drawn = rows(STATE)
+    assert drawn["header"] == {
+        "title": "TPU v6e (simulated)",
+        "subtitle": "v6e-4 (2,2,1), 4 chips; this process drives 1",
+        "backend": "tpu_lab bundled device",
+    }
+    assert drawn["counters"] == {
+        "rate": "75%", "fill": 75.0, "hit_rate": "75% (3 of 4 graphs)",
+        "detail": "hit rate · 3 hits, 1 misses of 4 graphs", "compiles": "1 compile",
+        "recompiles": "2 recompiles", "warn": True,
+    }  # fmt: skip
+    assert drawn["gauges"] == {
+        "columns": 2,
+        "chips": [
+            {"name": "chip 0", "tag": "this process", "driven": True, "meter": True,
+             "live": 25.0, "peak": 37.5, "usage": "8.00 GiB / 32.00 GiB, peak 12.00 GiB",
+             "lines": ["8.00 GiB of 32.00 GiB", "peak 12.00 GiB"]},
+            {"name": "chip 1", "tag": "other process", "driven": False, "meter": False,
+             "live": 0.0, "peak": 0.0, "usage": "32.00 GiB, driven by another process",
+             "lines": ["32.00 GiB · driven by another process"]},
+        ],
+    }  # fmt: skip
+    feed = drawn["feed"]
+    assert feed["shown"] == "2 shown of 41"
+    assert [(g["title"], g["total"], g["open"]) for g in feed["groups"]] == [
+        ("In [6]", "1 event", True),  # the newest cell
+        ("In [5]", "40 events", True),  # a recompile: notable
+    ]
+    assert feed["groups"][1]["badges"] == [
+        {"kind": "recompile", "text": "2 recompiles"}, {"kind": "sync", "text": "38 syncs"},
+    ]  # fmt: skip
+    (recompile,) = feed["groups"][1]["rows"]
+    assert (recompile["label"], recompile["alert"], recompile["why_open"]) == (
+        "recompile", True, True,
+    )  # fmt: skip
+    assert DashboardView(STATE).rows == drawn
+
+
+def test_the_widget_is_sent_the_rows_and_the_palette(log, dashboards):
+    from tpu_lab.views._widget_protocol import PALETTE
+    from tpu_lab.views.palette import KIND_COLORS, KIND_COLORS_DARK
+
+    log.cell = lambda: 2
+    for nbytes in (128, 128, 4096):
+        log.record("transfer", f"cpu->tpu copy of {nbytes} B", where="a.py:3",
+                   direction="cpu->tpu", nbytes=nbytes)  # fmt: skip
+    for _ in range(3):
+        log.record("cache_hit", "compile cache hit: graph of 3 ops at item", where="a.py:4")
+    dash = dashboards(log=log, poll=60)
+    view = dash.view()
+    assert {name: getattr(dash, name) for name in view.rows} == view.rows
+    ((group),) = dash.feed["groups"]
+    assert [(r["label"], r["summary"], r["times"]) for r in group["rows"]] == [
+        ("transfer", "3 transfer events, first: cpu->tpu copy of 128 B", ""),
+        ("cache hit", "compile cache hit: graph of 3 ops at item", "×3"),
+    ]
+    assert [b["text"] for b in group["badges"]] == ["3 transfers", "3 cache hits"]
+    assert dash.palette == PALETTE
+    assert set(KIND_COLORS) == set(KIND_COLORS_DARK) == set(tpu_lab.events.KINDS)

@@ -261,28 +261,6 @@ def test_only_tpu_0_exists_in_a_process(make):
     assert torch.ones(1, device="tpu:0").device == torch.device("tpu", 0)
 
 
-@pytest.mark.usefixtures("python_core")
-def test_a_binding_runs_without_defaults_only_where_its_defaults_are_the_schemas():
-    """Kernels call an op's Python binding with just the arguments the dispatcher passed only
-    after seeing that the binding's defaults reach the op with the same arguments: true for
-    ``add`` (alpha=1), false for ``binary_cross_entropy_with_logits`` (the binding's reduction
-    differs from the schema's), whose results must still be the CPU's."""
-    from tpu_lab.device.kernels import _Binding
-
-    x, y = torch.randn(4), torch.rand(4)
-    for op, bare in ((torch.ops.aten.add.Tensor, True),
-                     (torch.ops.aten.binary_cross_entropy_with_logits.default, False)):  # fmt: skip
-        binding = _Binding(op, True)
-        results = [binding.call(op._op, [x, y], {}) for _ in range(3)]
-        assert binding.fn is not None and binding.bare == {2: bare}
-        for result in results:
-            assert torch.equal(result, op(x, y))
-    xt, yt = x.to("tpu"), y.to("tpu")
-    for _ in range(3):
-        loss = torch.ops.aten.binary_cross_entropy_with_logits(xt, yt)
-        assert torch.equal(loss.cpu(), torch.ops.aten.binary_cross_entropy_with_logits(x, y))
-
-
 def test_out_dtype_matmuls_accumulate_in_float32():
     """TorchTPU's ``out_dtype`` matmuls (``aten::bmm.dtype``, ``aten::mm.dtype``): bfloat16
     inputs, float32 accumulation and result (the CPU has no kernel for them)."""
@@ -296,7 +274,6 @@ def test_out_dtype_matmuls_accumulate_in_float32():
         torch.bmm(a.float().tpu(), b.float().tpu(), out_dtype=torch.bfloat16)
 
 
-@pytest.mark.usefixtures("compiled_core")
 def test_a_compiled_training_step_matches_eager(fresh_dynamo):
     """(The pure-Python core cannot: Dynamo resumes tracing inside its Python kernels after the
     graph breaks of an optimizer step.)"""

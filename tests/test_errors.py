@@ -26,8 +26,7 @@ def _exception_classes_outside_errors_py() -> list[str]:
 
 
 def test_public_exceptions_live_in_errors_py():
-    # the device's internal signal between its own kernels is the one exception elsewhere
-    assert _exception_classes_outside_errors_py() == ["device/kernels.py: NoPayloadError"]
+    assert _exception_classes_outside_errors_py() == []
 
 
 def test_every_error_derives_from_tpulaberror_and_is_exported_from_the_root():

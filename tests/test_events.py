@@ -100,7 +100,7 @@ def test_oom_and_mode_changes_are_recorded(log):
 def test_four_threads_lose_nothing_and_the_bound_holds():
     small = EventLog(capacity=1000)
     seen = []
-    small.subscribe(seen.append)
+    small.subscribe(lambda snapshot: seen.append(snapshot.event))
 
     def write(t):
         for i in range(500):
@@ -190,3 +190,63 @@ def test_events_between_cells_belong_to_no_cell():
     assert events.log.events("sync")[-1].cell == cell
     torch.ones(2, device="tpu").sum().item()  # after the cell: e.g. a widget's callback
     assert events.log.events("sync")[-1].cell is None
+
+
+def test_subscribers_get_each_event_once_with_the_state_of_the_device(log):
+    from tpu_lab.events.bus import BUS
+    from tpu_lab.runtime import backend
+
+    got, on_bus = [], []
+    unsubscribe = log.subscribe(got.append)
+    stop_listening = BUS.subscribe(lambda kind, data: on_bus.append(kind))
+    try:
+        x = torch.ones(1024, device="cpu").to("tpu")
+        with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+            (x * 2).sum().item()
+    finally:
+        unsubscribe()
+        stop_listening()
+    kinds = [s.event.kind for s in got]
+    assert kinds == [e.kind for e in log.events()]  # every event once, in order
+    assert kinds.count("mode_change") == 2  # on, off: each reached the subscriber once
+    assert set(on_bus) <= {"transfer", "sync", "cache_hit", "cache_miss", "mode_change"}
+    first = got[0]
+    assert first.status.memory.live >= x.nbytes  # the snapshot carries the device's state
+    assert first.status is first.status  # read once per snapshot
+    assert first.cache == backend().cache_stats()
+
+
+def test_the_end_of_a_cell_reaches_subscribers_as_a_snapshot_without_an_event(log):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "tpu_lab")
+    got = []
+    unsubscribe = log.subscribe(got.append)
+    try:
+        shell.run_cell("import torch; torch.ones(2, device='tpu').sum().item()")
+    finally:
+        unsubscribe()
+    assert [s.event.kind if s.event else None for s in got] == ["sync", None]
+    assert got[-1].status.device_name == tpu_lab.status().device_name
+
+
+def test_the_log_is_made_on_first_use_and_events_can_be_switched_off():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, tpu_lab, tpu_lab.events as events\n"
+        "from tpu_lab.events.bus import BUS\n"
+        "print(events._made is None, len(BUS.subscribers))\n"
+        "torch.ones(2).to('tpu').cpu()\n"
+        "print(events._made is None, len(events.log.events()))\n"
+    )
+    for env, printed in (("1", "True 1\nFalse 3\n"), ("0", "True 0\nTrue 0\n")):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "TPU_LAB_EVENTS": env},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == printed

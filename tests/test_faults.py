@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tpu_lab
-from tpu_lab.device import chip
+from tpu_lab.device import current
 from tpu_lab.events import log
 
 transformers = pytest.importorskip("transformers")
@@ -31,12 +31,12 @@ def llama_dir(tmp_path_factory):
 def v5e():
     """A 16 GiB v5e chip with nothing of other tests on it; checks nothing leaks."""
     gc.collect()
-    previous = chip().topology.name
+    previous = current().chip.topology.name
     tpu_lab.use_topology("v5e-1")
-    base = chip().stats().live
-    yield chip()
+    base = current().chip.stats().live
+    yield current().chip
     gc.collect()
-    assert chip().stats().live == base, "tensors leaked on the device"
+    assert current().chip.stats().live == base, "tensors leaked on the device"
     tpu_lab.use_topology(previous)
 
 

@@ -231,6 +231,7 @@ def test_events_carry_the_ipython_cell(fresh):
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "tpu_lab")  # follows the cells: nothing else registers
     shell.run_cell("import torch", store_history=True)
     result = shell.run_cell("torch.ones(2, device='tpu').sum().item()", store_history=True)
     assert result.success

@@ -35,7 +35,6 @@ def _blocks(seed: int = 0) -> torch.nn.Module:
     return Blocks()
 
 
-@pytest.mark.usefixtures("compiled_core")
 def test_tpu_stream_is_a_torch_stream_and_record_stream_accepts_it():
     """TorchTPU's TpuStream subclasses torch.Stream: Tensor.record_stream(torch.tpu.Stream())
     works (Diffusers' group offloading with record_stream=True calls it)."""
@@ -45,7 +44,7 @@ def test_tpu_stream_is_a_torch_stream_and_record_stream_accepts_it():
     torch.ones(2, device="tpu").record_stream(torch.tpu.default_stream())
 
 
-def test_record_stream_with_the_accelerator_stream_works(compiled_core):
+def test_record_stream_with_the_accelerator_stream_works():
     torch.ones(2, device="tpu").record_stream(torch.accelerator.current_stream())
 
 
@@ -66,7 +65,7 @@ def test_diffusers_group_offloading_without_streams_is_bitwise_the_cpu():
 
 
 def test_diffusers_group_offloading_with_streams_needs_torchtpus_legacy_apis(
-    monkeypatch, compiled_core
+    monkeypatch
 ):
     """Diffusers' streamed group offloading calls ``torch.tpu.current_stream()``, which TorchTPU
     (on torch >= 2.11) reserves to PyTorch itself: the same error here as on a TPU VM, and the
@@ -97,7 +96,7 @@ def _offloaded_with_streams(**kwargs) -> torch.nn.Module:
     return model
 
 
-def test_diffusers_group_offloading_with_record_stream(monkeypatch, compiled_core):
+def test_diffusers_group_offloading_with_record_stream(monkeypatch):
     """Diffusers' own ``test_group_offloading[True]`` and ``..._with_layerwise_casting[*-True]``
     failed here, behind the legacy-API error, with "unknown parameter type"."""
     x = torch.randn(2, 8)

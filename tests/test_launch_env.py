@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tpu_lab.launch.launch_env import host_environment, launch_variables, set_tpu_launch_env
+from tpu_lab.device.launch_env import host_environment, launch_variables, set_tpu_launch_env
 
 KEYS = ("TORCH_TPU_SLICEBUILDER_ADDRESSES", "TORCH_TPU_TOPOLOGY", "TORCH_TPU_XPROF_SESSION_ID",
         "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "TPU_LAB_TOPOLOGY",
@@ -70,7 +70,7 @@ def test_set_variables_are_kept_and_mismatches_fail_before_the_rendezvous(clean)
     assert "MASTER_PORT" not in out and "TORCH_TPU_TOPOLOGY" not in out
     assert (out["NODE_RANK"], out["MASTER_ADDR"], out["TPU_LAB_TOPOLOGY"]) == ("3", "a", "v6e-16")
     with pytest.raises(ValueError) as info:
-        launch_variables(env, nnodes=2)
+        launch_variables(env, nnodes=2, nproc_per_node=4)
     assert str(info.value) == (
         "set_tpu_launch_env(): expected nnodes to match the number of hosts in environment "
         'variable TPU_WORKER_HOSTNAMES (4: "a,b,c,d"), got 2'

@@ -535,10 +535,14 @@ def test_preview_passes_the_options(shell, fakes):
     run(shell, "%tpu preview image")
     run(shell, "%tpu preview image --range -1,1 --fps 12 --save out.mp4")
     run(shell, "%tpu preview image --range uint8")
+    run(shell, "%tpu preview image --ran -.5,1")  # an abbreviation, a value starting with "-"
+    run(shell, "%tpu preview image --range=-1,1")
     assert fakes == [
         ("preview", (image,), {"value_range": None, "save": None}),
         ("preview", (image,), {"value_range": "-1,1", "save": "out.mp4", "fps": 12}),
         ("preview", (image,), {"value_range": "uint8", "save": None}),
+        ("preview", (image,), {"value_range": "-.5,1", "save": None}),
+        ("preview", (image,), {"value_range": "-1,1", "save": None}),
     ]
     assert usage_error(shell, "preview image --fps 0").startswith(
         "%tpu preview: --fps must be 1 or more, got 0\n"
@@ -591,6 +595,17 @@ def test_completions_of_a_line():
     assert completions("%tpu plan cfg ", ["cfg"]) == []
     assert completions("%tpu nosuch ") == []
     assert completions("%tpu recompiles --plot ") == []
+
+
+def test_completions_read_the_line_as_argparse_does():
+    assert completions("%tpu events --cell=3 --") == ["--kind", "--last", "--help"]
+    assert completions("%tpu events --ki re") == ["recompile"]  # an abbreviation
+    assert completions("%tpu events --ki recompile --") == ["--cell", "--last", "--help"]
+    assert completions("%tpu cluster status ") == completions("%tpu cluster start ")
+    assert completions("%tpu preview img --range -1,1 --", ["img"]) == ["--fps", "--save",
+                                                                       "--help"]  # fmt: skip
+    assert completions("%tpu preview img --range ", ["img"]) == []  # a value, no choices
+    assert completions("%tpu events --cell --") == []  # argparse refuses: --cell needs a value
 
 
 def test_a_double_dash_where_a_value_goes_is_a_usage_error(shell):

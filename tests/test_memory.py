@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tpu_lab
-from tpu_lab.device import chip, format_bytes
+from tpu_lab.device import current, format_bytes
 
 MiB = 1 << 20
 
@@ -17,9 +17,9 @@ MiB = 1 << 20
 def small_chip():
     """A v5e chip (16 GiB) with no tensors of other tests on it."""
     gc.collect()
-    previous = chip().topology.name
+    previous = current().chip.topology.name
     tpu_lab.use_topology("v5e-1")
-    yield chip()
+    yield current().chip
     gc.collect()
     tpu_lab.use_topology(previous)
 
@@ -96,10 +96,10 @@ def test_oom_on_transfer_and_on_computed_results(small_chip):
 def test_switching_to_a_smaller_chip_that_cannot_hold_the_tensors_is_refused(small_chip):
     tpu_lab.use_topology("v6e-1")
     x = torch.empty(17 << 30, dtype=torch.uint8, device="tpu")
-    held = format_bytes(chip().stats().live)
+    held = format_bytes(current().chip.stats().live)
     with pytest.raises(tpu_lab.TopologyError, match=f"Cannot switch to v5e-1: {held} of tensors"):
         tpu_lab.use_topology("v5e-1")
-    assert chip().topology.name == "v6e-1"
+    assert current().chip.topology.name == "v6e-1"
     del x
 
 

@@ -52,7 +52,6 @@ def test_param_data_assignment_across_devices():
     assert p.device.type == "cpu" and p.tolist() == [1.0, 1.0]
 
 
-@pytest.mark.usefixtures("compiled_core")
 def test_storage_resize_keeps_bytes_and_charges_hbm():
     x = torch.arange(4, dtype=torch.float32, device="tpu")
     storage = x.untyped_storage()

@@ -1,5 +1,5 @@
 """Every change tpu_lab makes to torch's own objects is listed in tpu_lab.device.patches, and
-each listed change is really made (and no other where the compiled core runs)."""
+each listed change is really made (and no other)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tpu_lab.device import patches
 
 def test_torch_compile_changes_only_for_tpu(fresh_dynamo):
     assert {"torch.compile", "torch._TorchCompileInductorWrapper.__call__"} <= {
-        p.target for p in patches.ALWAYS
+        p.target for p in patches.PATCHES
     }
     assert getattr(torch.compile, "_tpu_lab", False)
     x = torch.arange(3.0)
@@ -41,42 +41,32 @@ def test_convolution_backend_is_asked_about_cpu_tensors_while_tracing(fresh_dyna
 
 
 def test_float32_matmul_precision_sets_pytorchs_and_the_tpus():
-    assert any(p.target == "torch.set_float32_matmul_precision" for p in patches.ALWAYS)
+    assert any(p.target == "torch.set_float32_matmul_precision" for p in patches.PATCHES)
     assert getattr(torch.set_float32_matmul_precision, "_tpu_lab", False)
     getter = torch.get_float32_matmul_precision.__code__.co_filename
     assert getter == torch.__file__  # PyTorch's own function, not a wrapper
     before = torch.get_float32_matmul_precision()
-    tpu_before = device.modes.current_precision()
+    tpu_before = device.current().precision
     try:
         torch.set_float32_matmul_precision("high")
         assert torch._C._get_float32_matmul_precision() == "high"  # PyTorch's own (CUDA: TF32)
         assert torch.get_float32_matmul_precision() == "high"
-        assert device.modes.current_precision() == torch.tpu.Precision.HIGH
+        assert device.current().precision == torch.tpu.Precision.HIGH
         with pytest.warns(UserWarning, match="fast is not one of 'highest', 'high', or 'medium'"):
             torch.set_float32_matmul_precision("fast")
         assert torch.get_float32_matmul_precision() == "high"
-        assert device.modes.current_precision() == torch.tpu.Precision.HIGH
+        assert device.current().precision == torch.tpu.Precision.HIGH
     finally:
         torch._C._set_float32_matmul_precision(before)
-        device.modes.SETTINGS.precision[0] = tpu_before
+        device.current().set_global_precision(tpu_before)
 
 
-def test_the_compiled_core_patches_no_torch_class():
-    if device.CORE.name != "compiled":
-        pytest.skip("the Python core's patches are tested below")
+def test_no_torch_class_is_patched():
+    assert [p.target for p in patches.PATCHES if "Tensor" in p.target or "Storage" in p.target] \
+        == []  # fmt: skip
     assert torch.Generator is torch._C.Generator
     assert torch.Tensor.data_ptr is torch._C.TensorBase.data_ptr
     for name in ("copy_", "nbytes", "data_ptr", "_write_file", "_set_from_file"):
         assert getattr(torch.UntypedStorage, name) is getattr(torch._C.StorageBase, name), name
     for name in ("synchronize", "memory_stats", "empty_cache"):
         assert getattr(torch.accelerator, name).__module__.startswith("torch."), name
-
-
-@pytest.mark.usefixtures("python_core")
-def test_the_python_core_makes_exactly_the_listed_patches():
-    assert len(patches.PYTHON_CORE) == 3
-    assert torch.Generator is not torch._C.Generator
-    assert torch.Tensor.data_ptr is not torch._C.TensorBase.data_ptr
-    for name in ("copy_", "nbytes", "data_ptr", "_write_file", "_set_from_file"):
-        assert getattr(torch.UntypedStorage, name) is not getattr(torch._C.StorageBase, name)
-    assert torch.accelerator.synchronize.__module__ == "tpu_lab.device.accelerator"

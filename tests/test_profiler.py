@@ -94,6 +94,9 @@ def test_profile_cell_magic_shows_the_timeline_and_writes_a_trace(shell, tmp_pat
     data = json.loads(trace.read_text())
     assert any(e.get("name") == "aten::matmul" for e in data["traceEvents"])
     assert shell.user_ns["_tpu_profile"].count("sync") == 1
+    with capture_output() as cap:
+        shell.run_line_magic("tpu", "profile --help")
+    assert "the profile is kept in the variable _tpu_profile" in " ".join(cap.stdout.split())
 
 
 def test_profile_magic_usage_errors(shell):

@@ -17,7 +17,7 @@ import psutil
 import pytest
 import torch
 
-from tpu_lab.launch.launch_env import set_tpu_launch_env, topology_for
+from tpu_lab.device.launch_env import set_tpu_launch_env, topology_for
 from tpu_lab.launch.torchrun import LAUNCH_ENV, _result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +137,7 @@ def test_set_tpu_launch_env_chooses_the_topology_and_never_overwrites(monkeypatc
     assert os.environ["TORCH_TPU_XPROF_SESSION_ID"] == session
     monkeypatch.delenv("TPU_WORKER_HOSTNAMES", raising=False)
     with pytest.raises(ValueError, match="expected environment variable TPU_WORKER_HOSTNAMES"):
-        set_tpu_launch_env(nnodes=2)
+        set_tpu_launch_env(nnodes=2, nproc_per_node=4)
 
 
 def test_torchtpu_distributed_tutorial_runs_unchanged(tmp_path):

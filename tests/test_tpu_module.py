@@ -161,19 +161,19 @@ def test_precision_is_a_context_manager():
 
 def test_allow_excess_precision_comes_from_xla_flags_on_first_use(monkeypatch):
     """TorchTPU: False unless XLA_FLAGS sets XLA's flag; parsed once, on first use."""
-    from tpu_lab.device import modes
+    from tpu_lab.device import current
 
-    monkeypatch.setattr(modes.SETTINGS, "allow_excess_precision", None)
+    monkeypatch.setattr(current(), "_excess", None)
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x --xla_allow_excess_precision=true")
     assert torch.tpu.allow_excess_precision is True
     monkeypatch.setenv("XLA_FLAGS", "--xla_allow_excess_precision=false")
     assert torch.tpu.allow_excess_precision is True  # already read
     for flags, value in (("--xla_allow_excess_precision=0", False), ("", False),
                          ("--xla_allow_excess_precision", True)):  # fmt: skip
-        monkeypatch.setattr(modes.SETTINGS, "allow_excess_precision", None)
+        monkeypatch.setattr(current(), "_excess", None)
         monkeypatch.setenv("XLA_FLAGS", flags)
         assert torch.tpu.allow_excess_precision is value
-    monkeypatch.setattr(modes.SETTINGS, "allow_excess_precision", None)
+    monkeypatch.setattr(current(), "_excess", None)
     monkeypatch.setenv("XLA_FLAGS", "--xla_allow_excess_precision=yes")
     with pytest.raises(ValueError, match="--xla_allow_excess_precision takes true or false"):
         torch.tpu.allow_excess_precision  # noqa: B018

@@ -38,12 +38,10 @@ def _train(device: str, pin_memory: bool) -> list[float]:
     return losses
 
 
-@pytest.mark.usefixtures("compiled_core")
 def test_pinned_dataloader_loop_matches_the_cpu():
     assert _train("tpu", pin_memory=True) == _train("cpu", pin_memory=False)
 
 
-@pytest.mark.usefixtures("compiled_core")
 def test_pinned_memory_is_reported_by_the_hooks():
     pinned = torch.ones(4).pin_memory()
     assert pinned.is_pinned() and not torch.ones(4).is_pinned()
@@ -91,7 +89,6 @@ def _trainer_losses(tmp_path, monkeypatch, device: str | None) -> tuple[list[flo
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry], where
 
 
-@pytest.mark.usefixtures("compiled_core")
 def test_trainer_on_tpu_through_accelerate_matches_the_cpu(tmp_path, monkeypatch):
     """The documented path: ACCELERATE_TORCH_DEVICE=tpu (accelerate 1.x knows no "tpu"
     device; with TorchTPU it too would leave the model on the CPU)."""
@@ -101,7 +98,6 @@ def test_trainer_on_tpu_through_accelerate_matches_the_cpu(tmp_path, monkeypatch
     assert len(on_tpu) == 8 and on_tpu == on_cpu
 
 
-@pytest.mark.usefixtures("compiled_core")
 def test_trainer_without_the_setting_says_what_to_set(tmp_path, monkeypatch):
     """What a user meets first, as with TorchTPU: Transformers sends the batches to "tpu" while
     accelerate before 1.16 leaves the model on the CPU; the error names the fix. accelerate 1.16

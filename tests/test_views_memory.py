@@ -82,3 +82,16 @@ def test_memory_of_this_process_follows_allocations():
     finally:
         tpu_lab.use_topology("v6e-1")
     assert MemoryView.current().note is None
+
+
+def test_the_chip_of_this_process_is_the_one_its_backend_names(monkeypatch):
+    import dataclasses
+
+    from tpu_lab.runtime import backend
+
+    active = backend()
+    status = dataclasses.replace(active.status(), chips=4, topology="v6e-4", chip_index=2)
+    monkeypatch.setattr(active, "status", lambda: status)
+    view = MemoryView.current()
+    assert view.chips[0].label == "tpu:0 (chip 2)"
+    assert view.note.startswith("this process drives chip 2 of the 4 chips of v6e-4")

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report)
         return 0 if report.ok else 1
     if args.command == "build-core":
-        from .device import core
+        from .device.core import build as core
 
         if args.if_needed:
             built, why = core.status()

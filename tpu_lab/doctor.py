@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
+from . import colab
 from .runtime import select
 from .views.base import counted
 
@@ -14,7 +15,6 @@ from .views.base import counted
 TESTED_TORCH = ("2.11", "2.12", "2.13", "2.14")
 _ENV_VARS = (
     "TPU_LAB_BACKEND",
-    "TPU_LAB_CORE",
     "TPU_LAB_TOPOLOGY",
     "TPU_LAB_COMPILE_LOWERING",
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
@@ -41,9 +41,11 @@ def _version(dist: str) -> str | None:
 
 @dataclass
 class Report:
-    """Rows of ``(name, value)`` and problems as ``(what is wrong, how to fix it)``."""
+    """Rows of ``(name, value)``, advice for where this runs, and problems as ``(what is
+    wrong, how to fix it)``."""
 
     rows: list[tuple[str, str]] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)
 
     def __str__(self) -> str:
@@ -51,6 +53,7 @@ class Report:
         lines = ["tpu-lab doctor", ""]
         lines += [f"  {name.ljust(width)}  {value}" for name, value in self.rows]
         lines.append("")
+        lines += [*self.advice, ""] if self.advice else []
         if not self.problems:
             lines.append("No problems found.")
         for what, fix in self.problems:
@@ -63,17 +66,17 @@ class Report:
 
 
 def _device_core(r: Report) -> None:
-    """Which core runs the bundled device, and why."""
-    from .device import CORE, core
+    """The bundled device's compiled core: built for this torch, how and in how long."""
+    from .device import core
 
-    r.rows.append(("device core", f"{CORE.name} ({CORE.reason})"))
-    if CORE.name == "python" and os.environ.get(core.CORE_ENV, "auto") != "python":
+    built, why = core.build.status()
+    r.rows.append(("device core", why))
+    if not built:
         r.problems.append(
             (
-                f"the bundled device runs on its pure-Python core: the compiled core is not "
-                f"usable ({CORE.reason}). Ops cost about 20 µs more each, and pinned memory "
-                "and storage resize are missing.",
-                "tpu-lab build-core (needs g++ and ninja: apt-get install g++ ninja-build)",
+                f"the bundled device's compiled core is {why}.",
+                "tpu-lab build-core, or import tpu_lab (needs a C++ compiler: Debian/Ubuntu "
+                "apt-get install g++; macOS xcode-select --install)",
             )
         )
 
@@ -133,17 +136,45 @@ def diagnose() -> Report:
             r.problems.append(
                 (
                     "this machine has TPU chips but tpu_lab is simulating one.",
-                    "pip install 'tpu-lab[tpu]' and unset TPU_LAB_BACKEND to use TorchTPU.",
+                    f"pip install \"{colab.requirement(('tpu',))}\" and unset "
+                    "TPU_LAB_BACKEND to use TorchTPU.",
                 )
             )
     for dist, extra in _OPTIONAL:
         v = _version(dist)
-        hint = f" (pip install 'tpu-lab[{extra}]')" if extra and v is None else ""
+        hint = f" (pip install \"{colab.requirement((extra,))}\")" if extra and v is None else ""
         r.rows.append((dist, (v or "not installed") + hint))
     for var in _ENV_VARS:
         if var in os.environ:
             r.rows.append((f"${var}", os.environ[var]))
+    if colab.in_colab():
+        _colab(r, active is not None and not active.status().simulated)
     return r
+
+
+def _colab(r: Report, real_tpu: bool) -> None:
+    """Which Colab runtime this is, and what to do on it."""
+    kind = colab.accelerator()
+    r.rows.insert(2, ("Colab", f"{kind.upper()} runtime ({os.environ['COLAB_RELEASE_TAG']})"))
+    install = f'pip install "{colab.requirement(("hf", "tpu"))}"'
+    if kind == "tpu" and real_tpu:
+        r.advice.append("Colab TPU runtime: tpu:0 is this runtime's TPU chip, driven by TorchTPU.")
+    elif kind == "tpu":
+        r.advice.append(
+            "Colab TPU runtime: TorchTPU is not installed, so 'tpu' is the simulated device. "
+            f"To use the chips: {install}, then Runtime > Restart session."
+        )
+    elif kind == "gpu":
+        r.advice.append(
+            "Colab GPU runtime: 'tpu' is the simulated device, computing on the CPU; the GPU "
+            "stays CUDA's (torch.compile and float32 matmul precision work for it as without "
+            "tpu-lab). For TPU chips: Runtime > Change runtime type > a TPU."
+        )
+    else:
+        r.advice.append(
+            "Colab CPU runtime: 'tpu' is the simulated device. For TPU chips: Runtime > "
+            "Change runtime type > a TPU."
+        )
 
 
 def _gib(n: int) -> str:

@@ -18,6 +18,10 @@ class BackendConflictError(TpuLabError, RuntimeError):
     """torch_tpu is loaded in this process but there is no TPU to drive."""
 
 
+class DeviceCoreError(TpuLabError, RuntimeError):
+    """The bundled device's compiled core is not built, and could not be built here."""
+
+
 class NotSimulatedError(TpuLabError, NotImplementedError):
     """A TorchTPU feature that only exists on real TPU hardware."""
 

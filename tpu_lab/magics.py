@@ -188,7 +188,8 @@ COMMANDS: dict[str, Command] = {
         Command(
             "profile",
             "run this cell and profile it: a timeline of its ops, sync points, compilations, "
-            "cache hits/misses and transfers, and a per-op table (host time)",
+            "cache hits/misses and transfers, and a per-op table (host time); the profile is "
+            "kept in the variable _tpu_profile",
             (
                 Arg(("--trace",), {"metavar": "PATH",
                                    "help": "also write a Chrome/Perfetto trace (.json)"}),
@@ -219,7 +220,62 @@ COMMANDS: dict[str, Command] = {
     )
 }
 
-_NUMBER_AFTER_DASH = re.compile(r"^-\.?\d")  # "-1,1" is a value, not an option
+
+class _Given(argparse.ArgumentParser):
+    """A subcommand's arguments without types, choices, defaults or required ones: argparse
+    then says which arguments some words give (by its own rules: abbreviations,
+    ``--option=value``, switches) and never stops at a value; what tab completion and
+    :func:`_glue_numbers` ask."""
+
+    def __init__(self, command: Command) -> None:
+        super().__init__(add_help=False, argument_default=argparse.SUPPRESS)
+        #: Each argument and the attribute argparse stores it under.
+        self.dests: list[tuple[Arg, str]] = []
+        for arg in command.args:
+            options = {k: v for k, v in arg.options.items() if k in ("action", "dest")}
+            if not arg.flags[0].startswith("-"):
+                options["nargs"] = "?"
+            self.dests.append((arg, self.add_argument(*arg.flags, **options).dest))
+
+    def error(self, message: str):  # argparse's documented hook: raise instead of exiting
+        raise ValueError(message)
+
+
+_GIVEN = {name: _Given(command) for name, command in COMMANDS.items()}
+_CURSOR = "\x00next"  # stands for the word after the given ones
+
+
+def _given(name: str, words: list[str]) -> tuple[dict, Arg | None]:
+    """What ``words`` give subcommand ``name`` (attribute -> value, as argparse reads them), and
+    the argument the next word would be (None: no argument takes it); ValueError when argparse
+    refuses the words."""
+    parser = _GIVEN[name]
+    given = vars(parser.parse_known_args([*words, _CURSOR])[0])
+    return given, next((arg for arg, dest in parser.dests if given.get(dest) == _CURSOR), None)
+
+
+_NUMBER = re.compile(r"-\.?\d")  # "-1,1", "-0.5": a value, though it starts with "-"
+
+
+def _glue_numbers(name: str, tokens: list[str]) -> list[str]:
+    """``--range -1,1`` as ``--range=-1,1``: argparse reads a word that starts with "-" as an
+    option unless it is a plain negative number, so such a word is joined to the option before
+    it where that option takes a value, in argparse's own ``--option=value`` form."""
+    glued: list[str] = []
+    for token in tokens:
+        if glued and _NUMBER.match(token) and _option_wants_value(name, glued):
+            glued[-1] = f"{glued[-1]}={token}"
+        else:
+            glued.append(token)
+    return glued
+
+
+def _option_wants_value(name: str, words: list[str]) -> bool:
+    try:
+        at = _given(name, words)[1]
+    except ValueError:  # argparse refuses the words: it will say why
+        return False
+    return at is not None and at.flags[0].startswith("-")
 
 
 def _usage(command: Command) -> str:
@@ -248,7 +304,6 @@ def _parser(command: Command) -> MagicArgumentParser:
         description=command.help,
         formatter_class=argparse.HelpFormatter,
     )
-    parser._negative_number_matcher = _NUMBER_AFTER_DASH
     for arg in command.args:
         parser.add_argument(*arg.flags, **arg.options)
     return parser
@@ -364,7 +419,7 @@ class TpuMagics(Magics):
                 f"%tpu {name} needs a cell: put %%tpu {name} on the first line of the cell."
             )
         try:
-            args = PARSERS[name].parse_args(tokens[1:])
+            args = PARSERS[name].parse_args(_glue_numbers(name, tokens[1:]))
         except UsageError as exc:
             raise _error(name, str(exc)) from None
         if any(isinstance(value, list) for value in vars(args).values()):
@@ -644,28 +699,18 @@ def completions(line: str, names: Iterable[str] = ()) -> list[str]:
     command = COMMANDS.get(args[0])
     if command is None:
         return []
-    options = {flag: arg for arg in command.args for flag in arg.flags if flag.startswith("-")}
-    previous = args[-2]
-    if previous in options and options[previous].options.get("action") != "store_true":
-        candidates = list(options[previous].options.get("choices") or _complete(
-            options[previous].complete, names))  # fmt: skip
+    try:
+        given, at = _given(args[0], _glue_numbers(args[0], args[1:-1]))
+    except ValueError:  # argparse refuses the words before the cursor
+        return []
+    if at is not None and (at.flags[0].startswith("-") or not current.startswith("-")):
+        candidates = list(at.options.get("choices") or _complete(at.complete, names))
     elif current.startswith("-"):
-        used = set(args[1:-1])
-        candidates = [flag for flag in [*options, "--help"] if flag not in used]
+        dests = _GIVEN[args[0]].dests
+        unused = [f for arg, dest in dests if dest not in given for f in arg.flags]
+        candidates = [f for f in [*unused, "--help"] if f.startswith("-")]
     else:
-        taken, expects_value = 0, False
-        for word in args[1:-1]:
-            if expects_value:
-                expects_value = False
-            elif word in options:
-                expects_value = options[word].options.get("action") != "store_true"
-            elif not word.startswith("-"):
-                taken += 1
-        positionals = [a for a in command.args if not a.flags[0].startswith("-")]
-        if taken >= len(positionals):
-            return []
-        arg = positionals[taken]
-        candidates = list(arg.options.get("choices") or _complete(arg.complete, names))
+        return []
     return [c for c in candidates if c.startswith(current)]
 
 

@@ -1,56 +1,29 @@
 // The tpu_lab dashboard (anywidget front end of tpu_lab.views.dashboard.Dashboard).
-// The synced state is typed below; tpu_lab/views/_widget_protocol.py has the same shapes.
+// It draws rows computed in Python (tpu_lab/views/_dashboard_rows.py): every label, byte count,
+// grouping and colour arrives decided. The synced state is typed below;
+// tpu_lab/views/_widget_protocol.py has the same shapes.
 
 /**
- * @typedef {{backend: string, simulated: boolean, device_name: string, topology: string,
- *   topology_shape: number[], chips: number, devices_in_process: number}} DeviceState
- * @typedef {{index: number, driven: boolean, capacity: number, live: number, peak: number,
- *   measured: boolean}} ChipState
- * @typedef {{requests: number, hits: number, misses: number, compiles: number,
- *   recompiles: number}} CacheState
- * @typedef {{seq: number, kind: string, summary: string, cell: number | null, where: string,
- *   time: number, explanation: string}} EventState
- * @typedef {{cell: number | null, total: number, counts: Record<string, number>}} CellState
+ * @typedef {{title: string, subtitle: string, backend: string}} Header
+ * @typedef {{name: string, tag: string, driven: boolean, meter: boolean, live: number,
+ *   peak: number, usage: string, lines: string[]}} Gauge
+ * @typedef {{columns: number, chips: Gauge[]}} Gauges
+ * @typedef {{rate: string, fill: number, hit_rate: string, detail: string, compiles: string,
+ *   recompiles: string, warn: boolean}} Counters
+ * @typedef {{seq: number, kind: string, label: string, clock: string, summary: string,
+ *   times: string, where: string, explanation: string, alert: boolean,
+ *   why_open: boolean}} Row
+ * @typedef {{kind: string, text: string}} Badge
+ * @typedef {{key: string, title: string, total: string, badges: Badge[], open: boolean,
+ *   rows: Row[]}} Group
+ * @typedef {{shown: string, groups: Group[]}} Feed
+ * @typedef {{light: string, dark: string}} KindColors
  * @typedef {{value: string, label: string, hint: string}} ModeOption
- * @typedef {{device: DeviceState, chips: ChipState[], cache: CacheState, events: EventState[],
- *   cells: CellState[], seen: number, modes: ModeOption[], eager_mode: string, error: string,
- *   updates: number}} State
+ * @typedef {{header: Header, gauges: Gauges, counters: Counters, feed: Feed,
+ *   palette: Record<string, KindColors>, modes: ModeOption[], eager_mode: string,
+ *   error: string, updates: number}} State
  * @typedef {import("@anywidget/types").AnyModel<State>} Model
  */
-
-const KIND_LABELS = {
-  compile: "compile",
-  recompile: "recompile",
-  cache_hit: "cache hit",
-  cache_miss: "cache miss",
-  sync: "sync",
-  transfer: "transfer",
-  oom: "OOM",
-  mode_change: "mode",
-};
-const PLURALS = {
-  compile: "compiles",
-  recompile: "recompiles",
-  cache_hit: "cache hits",
-  cache_miss: "cache misses",
-  sync: "syncs",
-  transfer: "transfers",
-  oom: "OOMs",
-  mode_change: "mode changes",
-};
-const ROUTINE = new Set(["sync", "transfer", "cache_hit"]);
-
-/** @param {number} n bytes @returns {string} like tpu_lab.runtime.memory.format_bytes */
-function formatBytes(n) {
-  let value = n;
-  for (const unit of ["B", "KiB", "MiB", "GiB", "TiB"]) {
-    if (Math.abs(value) < 1024 || unit === "TiB") {
-      return unit === "B" ? `${Math.trunc(value)} B` : `${value.toFixed(2)} ${unit}`;
-    }
-    value /= 1024;
-  }
-  return `${n} B`;
-}
 
 /**
  * @param {string} tag
@@ -65,32 +38,27 @@ function h(tag, className, text) {
   return node;
 }
 
-/** @param {number} seconds @returns {string} HH:MM:SS */
-function clock(seconds) {
-  return new Date(seconds * 1000).toTimeString().slice(0, 8);
-}
-
-/** @param {number | null} cell */
-function cellName(cell) {
-  return cell === null ? "outside a cell" : `In [${cell}]`;
+/**
+ * Give `node` the colours of an event kind (--tpu-kind follows the theme: dashboard.css).
+ * @param {HTMLElement} node
+ * @param {string} kind
+ * @param {Record<string, KindColors>} palette
+ */
+function paint(node, kind, palette) {
+  const colors = palette[kind];
+  if (!colors) return;
+  node.style.setProperty("--tpu-kind-light", colors.light);
+  node.style.setProperty("--tpu-kind-dark", colors.dark);
 }
 
 /** @param {Model} model @param {HTMLElement} root */
 function renderHeader(model, root) {
-  const d = model.get("device");
+  const header = model.get("header");
   root.replaceChildren();
-  if (!d || !d.topology) return;
+  if (!header || !header.title) return;
   const title = h("div", "tpu-dash-title");
-  title.append(h("span", "tpu-dash-logo", "tpu_lab"), h("span", "", d.device_name));
-  const shape = d.topology_shape.join("×");
-  const chips = d.chips === 1 ? "1 chip" : `${d.chips} chips`;
-  const sub = h(
-    "div",
-    "tpu-dash-sub",
-    `${d.topology} · topology ${shape} · ${chips} · this process drives ` +
-      `${d.devices_in_process} · ${d.backend}`,
-  );
-  root.append(title, sub);
+  title.append(h("span", "tpu-dash-logo", "tpu_lab"), h("span", "", header.title));
+  root.append(title, h("div", "tpu-dash-sub", `${header.subtitle} · ${header.backend}`));
 }
 
 /** @param {Model} model @param {HTMLElement} root */
@@ -132,101 +100,46 @@ function renderMode(model, root) {
 
 /** @param {Model} model @param {HTMLElement} root */
 function renderCache(model, root) {
-  const c = model.get("cache");
+  const c = model.get("counters");
   root.replaceChildren(h("div", "tpu-dash-label", "Compile cache"));
-  if (!c) return;
-  const rate = c.requests ? c.hits / c.requests : null;
-  const big = h("div", "tpu-dash-big", rate === null ? "—" : `${Math.round(rate * 100)}%`);
+  if (!c || !c.rate) return;
+  const big = h("div", "tpu-dash-big", c.rate);
   big.title = "DEFER_AND_FUSE compile-cache hits / requests (torch.tpu._get_cache_stats())";
   const meter = h("div", "tpu-dash-meter");
   const fill = h("div", "tpu-dash-meter-fill tpu-dash-hit");
-  fill.style.width = `${rate === null ? 0 : rate * 100}%`;
+  fill.style.width = `${c.fill}%`;
   meter.append(fill);
-  const detail = h(
-    "div",
-    "tpu-dash-note",
-    c.requests
-      ? `hit rate · ${c.hits} hits, ${c.misses} misses of ${c.requests} graphs`
-      : "hit rate · no DEFER_AND_FUSE graphs yet",
-  );
   const compiled = h("div", "tpu-dash-note");
-  compiled.append(
-    document.createTextNode(`torch.compile: ${c.compiles} compile${c.compiles === 1 ? "" : "s"}, `),
-  );
-  const recompiles = h(
-    "span",
-    c.recompiles ? "tpu-dash-warn" : "",
-    `${c.recompiles} recompile${c.recompiles === 1 ? "" : "s"}`,
-  );
-  compiled.append(recompiles);
-  root.append(big, meter, detail, compiled);
+  compiled.append(document.createTextNode(`torch.compile: ${c.compiles}, `));
+  compiled.append(h("span", c.warn ? "tpu-dash-warn" : "", c.recompiles));
+  root.append(big, meter, h("div", "tpu-dash-note", c.detail), compiled);
 }
 
 /** @param {Model} model @param {HTMLElement} root */
 function renderChips(model, root) {
-  const chips = model.get("chips");
-  const d = model.get("device");
+  const gauges = model.get("gauges");
   root.replaceChildren(h("div", "tpu-dash-label", "HBM per chip"));
+  if (!gauges || !gauges.chips) return;
   const grid = h("div", "tpu-dash-chips");
-  // lay the chips out like the topology's first two axes (e.g. 2×2 for v6e-4)
-  const cols = d && d.topology_shape.length ? Math.max(1, d.topology_shape[0]) : 1;
-  const columns = Math.min(cols === 1 ? chips.length : cols, 4);
-  grid.style.gridTemplateColumns = `repeat(${columns}, minmax(150px, 1fr))`;
-  for (const chip of chips) {
+  grid.style.gridTemplateColumns = `repeat(${gauges.columns}, minmax(150px, 1fr))`;
+  for (const chip of gauges.chips) {
     const tile = h("div", chip.driven ? "tpu-dash-chip" : "tpu-dash-chip tpu-dash-other");
     const head = h("div", "tpu-dash-chip-head");
-    head.append(h("b", "", `chip ${chip.index}`));
-    head.append(h("span", "tpu-dash-tag", chip.driven ? "this process" : "other process"));
+    head.append(h("b", "", chip.name), h("span", "tpu-dash-tag", chip.tag));
     const meter = h("div", "tpu-dash-meter");
-    const used = chip.driven && chip.measured && chip.capacity;
-    const live = used ? (100 * chip.live) / chip.capacity : 0;
-    const peak = used ? (100 * chip.peak) / chip.capacity : 0;
     const fill = h("div", "tpu-dash-meter-fill");
-    fill.style.width = `${Math.max(live, live > 0 ? 0.5 : 0)}%`;
-    const mark = h("div", "tpu-dash-peak");
-    mark.style.left = `${peak}%`;
-    mark.title = `peak ${formatBytes(chip.peak)}`;
+    fill.style.width = `${chip.live > 0 ? Math.max(chip.live, 0.5) : 0}%`; // a sliver shows
     meter.append(fill);
-    if (used) meter.append(mark);
-    let text;
-    if (!chip.driven) text = `${formatBytes(chip.capacity)} · driven by another process`;
-    else if (!chip.measured) text = `${formatBytes(chip.capacity)} · usage not reported`;
-    else text = `${formatBytes(chip.live)} of ${formatBytes(chip.capacity)}`;
-    const note = h("div", "tpu-dash-note", text);
-    tile.append(head, meter, note);
-    if (used) tile.append(h("div", "tpu-dash-note", `peak ${formatBytes(chip.peak)}`));
+    if (chip.meter) {
+      const mark = h("div", "tpu-dash-peak");
+      mark.style.left = `${chip.peak}%`;
+      meter.append(mark);
+    }
+    tile.append(head, meter);
+    for (const line of chip.lines) tile.append(h("div", "tpu-dash-note", line));
     grid.append(tile);
   }
   root.append(grid);
-}
-
-/**
- * Routine events (syncs, transfers, cache hits) with the same summary and place collapse into
- * one row per cell, at their first occurrence, with a count (×N); others keep a row each.
- * @param {EventState[]} events
- * @returns {{event: EventState, count: number}[]}
- */
-function rows(events) {
-  /** @type {{event: EventState, count: number}[]} */
-  const out = [];
-  /** @type {Map<string, {event: EventState, count: number}>} */
-  const seen = new Map();
-  for (const event of events) {
-    if (!ROUTINE.has(event.kind)) {
-      out.push({ event, count: 1 });
-      continue;
-    }
-    const key = `${event.kind}\u0000${event.summary}\u0000${event.where}`;
-    const row = seen.get(key);
-    if (row) {
-      row.count += 1;
-    } else {
-      const first = { event, count: 1 };
-      seen.set(key, first);
-      out.push(first);
-    }
-  }
-  return out;
 }
 
 /**
@@ -236,72 +149,56 @@ function rows(events) {
  *   across updates
  */
 function renderFeed(model, root, ui) {
-  const events = model.get("events");
-  const cells = new Map(model.get("cells").map((c) => [String(c.cell), c]));
+  const feed = model.get("feed");
+  const palette = model.get("palette");
   const scroller = root.querySelector(".tpu-dash-feed");
   const scrollTop = scroller ? scroller.scrollTop : 0;
   root.replaceChildren();
   const label = h("div", "tpu-dash-label", "Events by cell");
-  label.append(
-    h("span", "tpu-dash-count", `${events.length} shown of ${model.get("seen").toLocaleString()}`),
-  );
+  if (feed && feed.shown) label.append(h("span", "tpu-dash-count", feed.shown));
   root.append(label);
-  const feed = h("div", "tpu-dash-feed");
-  if (!events.length) {
-    feed.append(h("div", "tpu-dash-empty", "No events yet: run a cell that uses the device."));
+  const list = h("div", "tpu-dash-feed");
+  const groups = feed && feed.groups ? feed.groups : [];
+  if (!groups.length) {
+    list.append(h("div", "tpu-dash-empty", "No events yet: run a cell that uses the device."));
   }
-  /** @type {Map<string, EventState[]>} */
-  const groups = new Map();
-  for (const event of events) {
-    const key = String(event.cell);
-    if (!groups.has(key)) groups.set(key, []);
-    groups.get(key).push(event);
-  }
-  const ordered = [...groups.entries()].sort(
-    (a, b) => b[1][b[1].length - 1].seq - a[1][a[1].length - 1].seq,
-  );
-  // the newest torch.compile recompilation starts with its explanation open
-  const newestRecompile = [...events].reverse().find((e) => e.kind === "recompile");
-  ordered.forEach(([key, list], position) => {
-    const group = /** @type {HTMLDetailsElement} */ (h("details", "tpu-dash-group"));
-    group.open = ui.closed.has(key) ? !ui.closed.get(key) : position < 3;
-    group.addEventListener("toggle", () => ui.closed.set(key, !group.open));
+  for (const group of groups) {
+    const details = /** @type {HTMLDetailsElement} */ (h("details", "tpu-dash-group"));
+    details.open = ui.closed.has(group.key) ? !ui.closed.get(group.key) : group.open;
+    details.addEventListener("toggle", () => ui.closed.set(group.key, !details.open));
     const summary = h("summary", "tpu-dash-group-head");
-    summary.append(h("b", "", cellName(list[0].cell)));
-    const info = cells.get(key);
-    const counts = info ? info.counts : {};
-    for (const [kind, n] of Object.entries(counts)) {
-      const name = n === 1 ? KIND_LABELS[kind] : PLURALS[kind];
-      const badge = h("span", `tpu-dash-badge tpu-kind-${kind}`, `${n} ${name || kind}`);
-      summary.append(badge);
+    summary.append(h("b", "", group.title));
+    for (const badge of group.badges) {
+      const node = h("span", `tpu-dash-badge tpu-kind-${badge.kind}`, badge.text);
+      paint(node, badge.kind, palette);
+      summary.append(node);
     }
-    group.append(summary);
-    for (const { event, count } of rows(list)) {
-      const row = h("div", `tpu-dash-event tpu-kind-${event.kind}`);
-      row.dataset.seq = String(event.seq);
-      row.append(h("span", "tpu-dash-time", clock(event.time)));
-      row.append(h("span", "tpu-dash-kind", KIND_LABELS[event.kind] || event.kind));
-      const what = h("span", "tpu-dash-what", event.summary);
-      if (count > 1) what.append(h("span", "tpu-dash-times", `×${count}`));
-      row.append(what, h("span", "tpu-dash-where", event.where));
-      group.append(row);
-      if (event.explanation) {
+    details.append(summary);
+    for (const item of group.rows) {
+      const row = h("div", `tpu-dash-event tpu-kind-${item.kind}`);
+      if (item.alert) row.classList.add("tpu-dash-alert");
+      paint(row, item.kind, palette);
+      row.dataset.seq = String(item.seq);
+      row.append(h("span", "tpu-dash-time", item.clock), h("span", "tpu-dash-kind", item.label));
+      const what = h("span", "tpu-dash-what", item.summary);
+      if (item.times) what.append(h("span", "tpu-dash-times", item.times));
+      row.append(what, h("span", "tpu-dash-where", item.where));
+      details.append(row);
+      if (item.explanation) {
         const why = /** @type {HTMLDetailsElement} */ (h("details", "tpu-dash-why"));
-        why.open = ui.why.has(event.seq)
-          ? ui.why.get(event.seq)
-          : newestRecompile !== undefined && newestRecompile.seq === event.seq;
-        why.addEventListener("toggle", () => ui.why.set(event.seq, why.open));
+        why.open = ui.why.has(item.seq) ? ui.why.get(item.seq) : item.why_open;
+        why.addEventListener("toggle", () => ui.why.set(item.seq, why.open));
         why.append(h("summary", "", "why, and how to avoid it"));
         const body = h("div", "tpu-dash-explanation");
-        body.innerHTML = event.explanation; // built by ExplanationView.to_html: escaped text
+        body.innerHTML = item.explanation; // built by ExplanationView.to_html: escaped text
         why.append(body);
-        group.append(why);
+        details.append(why);
       }
     }
-    feed.append(group);
-  });
-  root.append(feed);
-  feed.scrollTop = scrollTop;
+    list.append(details);
+  }
+  root.append(list);
+  list.scrollTop = scrollTop;
 }
 
 /** @param {Model} model @param {HTMLElement} root */
@@ -328,11 +225,11 @@ function render({ model, el }) {
 
   /** @type {[string, () => void][]} */
   const parts = [
-    ["change:device", () => renderHeader(model, header)],
+    ["change:header", () => renderHeader(model, header)],
     ["change:eager_mode change:error change:modes", () => renderMode(model, mode)],
-    ["change:cache", () => renderCache(model, cache)],
-    ["change:chips change:device", () => renderChips(model, chips)],
-    ["change:events change:cells change:seen", () => renderFeed(model, feed, ui)],
+    ["change:counters", () => renderCache(model, cache)],
+    ["change:gauges", () => renderChips(model, chips)],
+    ["change:feed change:palette", () => renderFeed(model, feed, ui)],
     ["change:updates", () => renderFooter(model, footer)],
   ];
   // one update message changes several traits: draw each part once, after all of them

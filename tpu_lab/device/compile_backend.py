@@ -14,21 +14,19 @@ bfloat16 passes at the precision current then (``tpu_lab.device.emulation``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
-import sys
 from collections.abc import Iterator
 
 import torch
-
-from . import bridge, hooks
 
 #: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten"), read once,
 #: at the first compilation.
 LOWERING_ENV = "TPU_LAB_COMPILE_LOWERING"
 LOWERINGS = ("inductor", "aten")
 _CPU = torch.device("cpu")
-_chosen: str | None = None  # set by a lowering() block
+_CHOSEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("lowering", default=None)
 
 
 @functools.cache
@@ -40,21 +38,20 @@ def _lowering_from_env() -> str:
 
 
 def _lowering() -> str:
-    return _chosen or _lowering_from_env()
+    return _CHOSEN.get() or _lowering_from_env()
 
 
 @contextlib.contextmanager
 def lowering(name: str) -> Iterator[str]:
     """Graphs compiled inside the block run as ``name`` ("inductor" or "aten") on the CPU;
     the previous choice comes back after it, also when the block raises."""
-    global _chosen
     if name not in LOWERINGS:
         raise ValueError(f"lowering must be 'inductor' or 'aten', got {name!r}.")
-    previous, _chosen = _chosen, name
+    token = _CHOSEN.set(name)
     try:
         yield name
     finally:
-        _chosen = previous
+        _CHOSEN.reset(token)
 
 
 def _cpu_value(v):
@@ -109,7 +106,7 @@ def _cpu_fake(t):
     return t
 
 
-def _wrap(out, pairs):
+def _wrap(device, out, pairs):
     if not isinstance(out, torch.Tensor) or out.device.type != "cpu":
         return out
     ptr = out.untyped_storage().data_ptr()
@@ -117,7 +114,7 @@ def _wrap(out, pairs):
         if ptr and inner.untyped_storage().data_ptr() == ptr and inner.dtype == out.dtype:
             # an output that aliases an input stays a view of it
             return outer.as_strided(out.size(), out.stride(), out.storage_offset())
-    return bridge.wrap(out)
+    return device.wrap(out)
 
 
 #: Whether Inductor keeps a float32 -> bfloat16 -> float32 round trip when asked
@@ -125,12 +122,11 @@ def _wrap(out, pairs):
 _INDUCTOR_KEEPS_CASTS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 
 
-def _lower(gm: torch.fx.GraphModule, example_inputs, emulated: bool = False):
+def _lower(device, gm: torch.fx.GraphModule, example_inputs, emulated: bool = False):
     """``emulated``: the graph holds the TPU numerics emulation's bfloat16 roundings, which
     Inductor must keep (by default it drops a float32 -> bfloat16 -> float32 round trip; where
     it cannot keep them, the graph runs as traced, on ATen ops)."""
-    global _compiled
-    _compiled += 1
+    device.compiled_graphs += 1
     _retarget(gm)
     if _lowering() == "inductor" and (_INDUCTOR_KEEPS_CASTS or not emulated):
         from torch._inductor.compile_fx import compile_fx_inner
@@ -151,22 +147,14 @@ def _lower(gm: torch.fx.GraphModule, example_inputs, emulated: bool = False):
             return gm(*args)
 
     def run(args):
-        inputs = [bridge.payload(a) if bridge.has_payload(a) else a for a in args]
+        inputs = [device.payload(a) if device.has_payload(a) else a for a in args]
         pairs = [(a, u) for a, u in zip(args, inputs, strict=True) if u is not a]
         args.clear()
         outs = call(inputs)
-        return type(outs)(_wrap(o, pairs) for o in outs)
+        return type(outs)(_wrap(device, o, pairs) for o in outs)
 
     run._boxed_call = True
     return run
-
-
-_compiled = 0
-
-
-def compiled_graphs() -> int:
-    """How many graphs the "tpu" backend compiled in this process (forward and backward)."""
-    return _compiled
 
 
 _DYNAMIC_REFUSED = (
@@ -179,8 +167,8 @@ def _has_tpu_input(example_inputs) -> bool:
     return any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in example_inputs)
 
 
-def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
-    """The "tpu" compile backend of the bundled device."""
+def tpu_backend(device, gm: torch.fx.GraphModule, example_inputs):
+    """The "tpu" compile backend of the bundled device ``device``."""
     from torch._dynamo.backends.common import aot_autograd
 
     if not torch._dynamo.config.assume_static_by_default:
@@ -191,25 +179,17 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
         from torch._inductor.decomposition import select_decomp_table
 
         decompositions = select_decomp_table()
-    emulation = sys.modules.get("tpu_lab.device.emulation")  # imported once it was turned on
-    emulated = emulation is not None and emulation.is_enabled()
+    emulated = device.graph_decompositions is not None  # the TPU numerics emulation is on
     if emulated:
-        decompositions = {**(decompositions or {}), **emulation.decompositions()}
-    lower = functools.partial(_lower, emulated=emulated)
+        decompositions = {**(decompositions or {}), **device.graph_decompositions}
+    lower = functools.partial(_lower, device, emulated=emulated)
     backend = aot_autograd(fw_compiler=lower, bw_compiler=lower, decompositions=decompositions)
     return backend(gm, example_inputs)
 
 
-@functools.cache
-def _register_with_dynamo() -> None:
-    from torch._dynamo.backends.registry import register_backend
-
-    register_backend(name="tpu")(tpu_backend)
-    _trace_convolutions_like_the_cpu()
-
-
-def register() -> None:
-    """``torch.compile`` for "tpu", and nothing else changed (patches.py lists both changes):
+def register(device) -> None:
+    """``torch.compile`` for "tpu" on ``device``, and nothing else changed (patches.py lists
+    both changes):
 
     - ``backend="tpu"`` means ``dynamic=False`` unless the call says otherwise, as TorchTPU
       makes it; every other call reaches ``torch.compile`` exactly as written.
@@ -224,12 +204,22 @@ def register() -> None:
     if getattr(original, "_tpu_lab", False):
         return
 
+    def tpu(gm: torch.fx.GraphModule, example_inputs):
+        return tpu_backend(device, gm, example_inputs)
+
+    @functools.cache
+    def register_with_dynamo() -> None:
+        from torch._dynamo.backends.registry import register_backend
+
+        register_backend(name="tpu")(tpu)
+        _trace_convolutions_like_the_cpu()
+
     @functools.wraps(original)
     def compile(model=None, *args, **kwargs):
         if kwargs.get("backend") == "tpu":
-            _register_with_dynamo()
+            register_with_dynamo()
             kwargs.setdefault("dynamic", False)
-            hooks.emit("compile_requested")
+            device.publish("compile_requested")
         return original(model, *args, **kwargs)
 
     compile._tpu_lab = True
@@ -240,9 +230,9 @@ def register() -> None:
     @functools.wraps(call)
     def inductor_call(self, model_, inputs_):
         if _has_tpu_input(inputs_):
-            _register_with_dynamo()
-            hooks.emit("compile_requested")
-            return tpu_backend(model_, inputs_)
+            register_with_dynamo()
+            device.publish("compile_requested")
+            return tpu(model_, inputs_)
         return call(self, model_, inputs_)
 
     inductor.__call__ = inductor_call

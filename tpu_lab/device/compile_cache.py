@@ -9,12 +9,13 @@ looked up in the same cache, so ``torch.tpu._get_cache_stats()`` counts every op
 
 The bundled device keeps the cache and its statistics exactly that way, but executes every op
 at once (it does not defer or fuse, so the mode is not faster here, and the numbers are those
-of ``DEFER_NEVER``). What it simulates is *which* sync points would compile and why. Graphs are
-:class:`CompileCache` (with explanations in the event log); single ops are counted, without
-events, by :class:`OpCache` for the kernels written in Python and by the compiled core for its
-own (``csrc/opcache.cpp``). A matmul's or convolution's precision (``torch.tpu.precision``) and
+of ``DEFER_NEVER``). What it simulates is *which* sync points would compile and why. The
+device's :class:`CompileCache` holds the graphs (with explanations in the event log) and counts
+the single ops that kernels written in Python run (the TPU numerics emulation's), without
+events; the compiled core counts its own (``core/csrc/opcache.cpp``), and :meth:`stats` adds
+them up. A matmul's or convolution's precision (``torch.tpu.precision``) and
 ``torch.tpu.allow_excess_precision`` are part of every key, as they are of TorchTPU's
-executables.
+executables. Ops are recorded per thread: each thread's graph ends at its own sync points.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import hooks
-from .modes import Precision, allow_excess_precision, current_precision
+from .modes import Precision
 
 _Tensor = torch.Tensor
 
@@ -95,7 +95,7 @@ def _is_tensor(signature) -> bool:
 _dot: dict[str, bool] = {}  # op name -> whether it is a DOT_OPS op (asked for every op)
 
 
-def _op_signature(name: str, args: tuple, kwargs: dict) -> tuple:
+def _op_signature(name: str, args: tuple, kwargs: dict, precision: Precision) -> tuple:
     signature = tuple(
         [(a.shape, a.dtype) if isinstance(a, _Tensor) else _signature(a) for a in args]
     )
@@ -105,7 +105,7 @@ def _op_signature(name: str, args: tuple, kwargs: dict) -> tuple:
     if dot is None:
         dot = _dot[name] = name.partition(".")[0] in DOT_OPS
     if dot:
-        signature += (_AtPrecision(current_precision()),)
+        signature += (_AtPrecision(precision),)
     return signature
 
 
@@ -123,26 +123,48 @@ class _Entry:
 
 
 class CompileCache:
-    """The cache of graphs recorded between sync points."""
+    """The device's eager compile cache: graphs recorded between sync points (per thread), and
+    the single ops that kernels written in Python run. ``device`` gives the settings that are
+    part of every key (``precision``, ``allow_excess_precision``), ``publish`` and ``core``."""
 
-    def __init__(self) -> None:
+    def __init__(self, device) -> None:
+        self._device = device
         self._lock = threading.Lock()
-        self.pending: list[tuple] = []
+        self._pending = threading.local()
         self.entries: dict[tuple, _Entry] = {}
         self.requests = 0
         self.hits = 0
         self.cache_only = False
         self.dump_on_miss = False
+        self._ops: dict[tuple, list] = {}  # single ops: key -> [reads, last read (time.time())]
+        self._op_requests = 0
+        self._op_hits = 0
+
+    def _ops_of_thread(self) -> list[tuple]:
+        ops = getattr(self._pending, "ops", None)
+        if ops is None:
+            ops = self._pending.ops = []
+        return ops
 
     def record(self, name: str, args: tuple, kwargs: dict) -> None:
-        self.pending.append((name, _op_signature(name, args, kwargs)))
+        """DEFER_AND_FUSE: one more op of this thread's pending graph."""
+        signature = _op_signature(name, args, kwargs, self._device.precision)
+        self._ops_of_thread().append((name, signature))
+
+    def note(self, name: str, args: tuple, kwargs: dict) -> None:
+        """An op a kernel written in Python runs: recorded where this thread records, else
+        counted as a single-op graph (``DEFER_NEVER``)."""
+        if self._device.recording:
+            self.record(name, args, kwargs)
+        else:
+            self._count(name, args, kwargs)
 
     def flush(self, reason: str) -> None:
-        """A sync point: look the recorded graph up in the cache."""
-        ops, self.pending = tuple(self.pending), []
+        """A sync point: look this thread's recorded graph up in the cache."""
+        ops, self._pending.ops = tuple(self._ops_of_thread()), []
         if not ops:
             return
-        key = (allow_excess_precision(), ops)
+        key = (self._device.allow_excess_precision, ops)
         now = datetime.datetime.now()
         with self._lock:
             self.requests += 1
@@ -151,116 +173,73 @@ class CompileCache:
                 self.hits += 1
                 entry.stats.read_count += 1
                 entry.stats.last_read = now
-                hooks.emit("cache_hit", ops=len(ops), reason=reason)
-                return
-            if self.cache_only:
-                raise _cache_only_miss(f"a graph of {len(ops)} ops at a sync point: {reason}")
-            closest = _closest(key, self.entries)
-            # no compiler runs on the bundled device: a compilation takes no time here
-            self.entries[key] = _Entry(ops, EntryStats(datetime.timedelta(0), now, 0))
-        hooks.emit(
+                hit = True
+            else:
+                if self.cache_only:
+                    raise _cache_only_miss(f"a graph of {len(ops)} ops at a sync point: {reason}")
+                closest = _closest(key, self.entries)
+                # no compiler runs on the bundled device: a compilation takes no time here
+                self.entries[key] = _Entry(ops, EntryStats(datetime.timedelta(0), now, 0))
+                hit = False
+        if hit:
+            self._device.publish("cache_hit", ops=len(ops), reason=reason)
+            return
+        self._device.publish(
             "cache_miss", ops=len(ops), reason=reason, difference=_difference(key, closest),
             graph=[name for name, _ in ops] if self.dump_on_miss else None,
         )  # fmt: skip
 
-    def stats(self) -> PerfStats:
-        """Graphs and single ops together, as TorchTPU's one cache counts them."""
+    def _count(self, name: str, args: tuple, kwargs: dict) -> None:
+        device = self._device
+        signature = _op_signature(name, args, kwargs, device.precision)
+        key = (device.allow_excess_precision, name, signature)
+        now = time.time()
         with self._lock:
-            requests, hits = self.requests, self.hits
+            self._op_requests += 1
+            entry = self._ops.get(key)
+            if entry is not None:
+                self._op_hits += 1
+                entry[0] += 1
+                entry[1] = now
+                return
+            if self.cache_only:
+                raise _cache_only_miss(f"the op aten.{name} with new arguments")
+            self._ops[key] = [0, now]
+
+    def stats(self) -> PerfStats:
+        """Graphs and single ops together (the core's and the Python kernels'), as TorchTPU's
+        one cache counts them."""
+        requests, hits, listed = self._device.core.op_cache_stats(True)
+        with self._lock:
+            requests += self.requests + self._op_requests
+            hits += self.hits + self._op_hits
             entries = [e.stats for e in self.entries.values()]
-        for source in _op_caches():
-            more_requests, more_hits, more_entries = source.op_cache_stats(True)
-            requests, hits = requests + more_requests, hits + more_hits
-            entries += [_entry_stats(reads, last) for reads, last in more_entries]
+            ops = list(self._ops.values())
+        entries += [_entry_stats(reads, last / 1e9) for reads, last in listed]
+        entries += [_entry_stats(reads, last) for reads, last in ops]
         return PerfStats(requests, hits, len(entries), None, entries)
 
     def counts(self) -> tuple[int, int]:
         """Requests and hits, graphs and single ops together (cheaper than :meth:`stats`)."""
+        requests, hits, _ = self._device.core.op_cache_stats(False)
         with self._lock:
-            requests, hits = self.requests, self.hits
-        for source in _op_caches():
-            more_requests, more_hits, _ = source.op_cache_stats(False)
-            requests, hits = requests + more_requests, hits + more_hits
-        return requests, hits
+            return (
+                requests + self.requests + self._op_requests,
+                hits + self.hits + self._op_hits,
+            )
 
     def clear(self) -> None:
         with self._lock:
             self.entries.clear()
-            self.pending = []
-            self.requests = self.hits = 0
-        for source in _op_caches():
-            source.op_cache_clear()
-        hooks.emit("cache_cleared")
-
-
-class OpCache:
-    """``DEFER_NEVER``: the cache of single-op graphs, for the ops kernels written in Python run
-    (the Python core's, the TPU numerics emulation's). Counted, not explained: no events."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.entries: dict[tuple, list] = {}  # key -> [reads, last read (time.time())]
-        self.requests = 0
-        self.hits = 0
-
-    def count(self, name: str, args: tuple, kwargs: dict) -> None:
-        key = (allow_excess_precision(), name, _op_signature(name, args, kwargs))
-        now = time.time()
-        with self._lock:
-            self.requests += 1
-            entry = self.entries.get(key)
-            if entry is not None:
-                self.hits += 1
-                entry[0] += 1
-                entry[1] = now
-                return
-            if CACHE.cache_only:
-                raise _cache_only_miss(f"the op aten.{name} with new arguments")
-            self.entries[key] = [0, now]
-
-    def op_cache_stats(self, entries: bool) -> tuple[int, int, list[tuple[int, float]]]:
-        """Requests, hits and, with ``entries``, (reads, last read in seconds since the epoch)
-        per entry."""
-        with self._lock:
-            listed = [(r, t) for r, t in self.entries.values()] if entries else []
-            return self.requests, self.hits, listed
-
-    def op_cache_clear(self) -> None:
-        with self._lock:
-            self.entries.clear()
-            self.requests = self.hits = 0
+            self._ops.clear()
+            self.requests = self.hits = self._op_requests = self._op_hits = 0
+        self._pending = threading.local()
+        self._device.core.op_cache_clear()
+        self._device.publish("cache_cleared")
 
 
 def _entry_stats(reads: int, last_read: float) -> EntryStats:
     return EntryStats(datetime.timedelta(0), datetime.datetime.fromtimestamp(last_read), reads)
-
-
-#: Where single ops are counted: :data:`OPS`, and the compiled core where it runs
-#: (:func:`count_native_ops`).
-_OP_CACHES: list = []
-
-
-def _op_caches() -> list:
-    return [OPS, *_OP_CACHES]
-
-
-def count_native_ops(native) -> None:
-    """The compiled core runs this process: its single-op counts join :data:`OPS`'."""
-    _OP_CACHES[:] = [_NativeOps(native)]
-
-
-@dataclass(frozen=True)
-class _NativeOps:
-    """The compiled core's counts (last reads in nanoseconds there)."""
-
-    native: object
-
-    def op_cache_stats(self, entries: bool) -> tuple[int, int, list[tuple[int, float]]]:
-        requests, hits, listed = self.native.op_cache_stats(entries)
-        return requests, hits, [(reads, last / 1e9) for reads, last in listed]
-
-    def op_cache_clear(self) -> None:
-        self.native.op_cache_clear()
 
 
 def _closest(key: tuple, entries: dict) -> tuple | None:
@@ -350,7 +329,3 @@ def _argument_difference(index: int, new: tuple, old: tuple) -> dict:
 
 def _is_size(value) -> bool:
     return isinstance(value, tuple) and all(isinstance(v, int) for v in value)
-
-
-CACHE = CompileCache()
-OPS = OpCache()

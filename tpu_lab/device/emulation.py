@@ -3,8 +3,8 @@ the MXU computes them (:mod:`.mxu`), at the precision of the innermost ``torch.t
 block (else ``torch.set_float32_matmul_precision``'s, ``DEFAULT`` unless set).
 
 While the emulation is on (``TPU_LAB_NUMERICS=tpu`` at start, ``tpu_lab.numerics.emulate()`` at
-run time) a library of "tpu" kernels for the ops below takes precedence over the device's own,
-on either core; turning it off destroys the library, so the device's kernels (bitwise the CPU's)
+run time) a library of "tpu" kernels for the ops below takes precedence over the device's own;
+turning it off destroys the library, so the device's kernels (bitwise the CPU's)
 run again and nothing is checked on their path. The ops: ``mm``, ``bmm``, ``addmm``,
 ``baddbmm``, ``mv``, ``dot``, ``addmv`` (what ``matmul``, ``linear``, ``einsum`` and
 ``tensordot`` decompose to, forward and backward), ``convolution`` and ``convolution_backward``
@@ -23,8 +23,9 @@ import warnings
 
 import torch
 
-from . import bridge, compile_cache, mxu
-from .modes import NUMERICS_ENV, Precision, current_precision
+from . import mxu
+from .modes import NUMERICS_ENV, Precision
+from .process import current
 
 aten = torch.ops.aten
 _F32 = torch.float32
@@ -58,11 +59,9 @@ def is_enabled() -> bool:
 
 
 def enable() -> None:
-    """Register the emulating kernels (idempotent). Installs the device first if need be."""
+    """Register the emulating kernels (idempotent). Creates the device first if need be."""
     global _library
-    from .. import device
-
-    device.install()
+    device = current()
     with _lock:
         if _library is not None:
             return
@@ -75,9 +74,8 @@ def enable() -> None:
             attention = _attention()
             for key in ("AutogradPrivateUse1", "PrivateUse1"):  # PrivateUse1: inference mode
                 library.m.impl("scaled_dot_product_attention", key, attention, False)
-            if device.CORE.name == "python":
-                _decompose_composites(library)
         _library = library
+        device.graph_decompositions = decompositions()
 
 
 def disable() -> None:
@@ -87,21 +85,7 @@ def disable() -> None:
         if _library is not None:
             _library._destroy()
             _library = None
-
-
-def _decompose_composites(library: torch.library.Library) -> None:
-    """The Python core runs composites such as ``linear`` or ``conv2d`` whole on the CPU when no
-    gradient is needed (one dispatch instead of several): while emulating they decompose, as
-    they do on the compiled core, so that their matmuls reach the kernels above."""
-    from . import composite
-
-    implicit = torch._C.DispatchKey.CompositeImplicitAutograd
-
-    def decompose(op):
-        return lambda *args, **kwargs: op._op_dk(implicit, *args, **kwargs)
-
-    for name in composite.NAMES:
-        library.m.impl(name, "AutogradPrivateUse1", decompose(_overload(name)), False)
+            current().graph_decompositions = None
 
 
 def _overload(qualname: str):
@@ -116,7 +100,7 @@ def _emulated(a: torch.Tensor, b: torch.Tensor) -> Precision | None:
     """The precision to emulate for operands ``a`` and ``b``, or None: run the CPU kernel."""
     if a.dtype is not _F32 or b.dtype is not _F32:
         return None
-    precision = current_precision()
+    precision = current().precision
     return None if precision is Precision.HIGHEST else precision
 
 
@@ -194,22 +178,13 @@ _COMPUTE = {
 # --- the device's kernels: "tpu" tensors in, "tpu" tensors out -----------------------------
 
 
-def _note(name: str, args: tuple, kwargs: dict) -> None:
-    """Record the op for DEFER_AND_FUSE, else count it in the per-op cache (DEFER_NEVER)."""
-    recorder = bridge.recorder
-    if recorder is not None:
-        recorder(name, args, kwargs)
-    else:
-        compile_cache.OPS.count(name, args, kwargs)
-
-
 def _cpu(value):
     """A "tpu" tensor's CPU payload; a CPU tensor with dimensions is the device's mixed-device
     error; anything else as is."""
     if not isinstance(value, torch.Tensor):
         return value
     if value.device.type == "tpu":
-        return bridge.payload(value)
+        return current().payload(value)
     if value.dim() > 0:
         raise RuntimeError(
             "Expected all tensors to be on the same device, but found at least two devices, "
@@ -221,12 +196,12 @@ def _cpu(value):
 def _wrap(value):
     if isinstance(value, tuple):
         return tuple(_wrap(v) for v in value)
-    return value if value is None else bridge.wrap(value)
+    return value if value is None else current().wrap(value)
 
 
 def _kernel(name: str, compute):
     def kernel(*args, **kwargs):
-        _note(name, args, kwargs)
+        current().cache.note(name, args, kwargs)  # recorded (DEFER_AND_FUSE) or counted
         return _wrap(compute(*[_cpu(a) for a in args], **kwargs))
 
     return kernel
@@ -265,16 +240,11 @@ def _attention():
     """``scaled_dot_product_attention`` for float32 at ``DEFAULT``/``HIGH``: PyTorch's math path
     on the device, whose ``bmm``s the kernels above emulate (backward through autograd); other
     cases take the device's own path (the CPU's kernel choice), as without the emulation."""
-    from .. import device
+    sdpa = aten.scaled_dot_product_attention.default
+    implicit = torch._C.DispatchKey.CompositeImplicitAutograd
 
-    if device.CORE.name == "python":
-        from .attention import sdpa as own
-    else:
-        sdpa = aten.scaled_dot_product_attention.default
-        implicit = torch._C.DispatchKey.CompositeImplicitAutograd
-
-        def own(*args, **kwargs):
-            return sdpa._op_dk(implicit, *args, **kwargs)
+    def own(*args, **kwargs):
+        return sdpa._op_dk(implicit, *args, **kwargs)
 
     math = aten._scaled_dot_product_attention_math.default
 
@@ -282,7 +252,7 @@ def _attention():
                enable_gqa=False):  # fmt: skip
         if not (
             q.dtype is _F32 and k.dtype is _F32 and v.dtype is _F32
-            and current_precision() is not Precision.HIGHEST
+            and current().precision is not Precision.HIGHEST
         ):  # fmt: skip
             return own(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
         if attn_mask is not None and attn_mask.dtype == torch.bool:

@@ -1,20 +1,19 @@
-"""Execution settings of the device: eager mode and matmul precision, as TorchTPU has them.
+"""Execution settings of the device, as TorchTPU names them: the eager mode and the float32
+matmul precision, their scopes, and how they are read from the environment.
 
-Global settings are properties of ``torch.tpu`` (``torch.tpu.eager_mode = ...``,
-``torch.tpu.allow_excess_precision``) or, for the float32 matmul precision, PyTorch's own
-``torch.set_float32_matmul_precision`` (which TorchTPU takes over, :func:`install`); local ones
-are context managers that restore the previous value in ``finally``.
+The process-wide values belong to the device object (:class:`tpu_lab.device.process.Device`):
+``torch.tpu.eager_mode = ...``, ``torch.tpu.allow_excess_precision``, and the precision that
+``torch.set_float32_matmul_precision`` also sets (:func:`install`). Blocks
+(``torch.tpu.set_eager_mode(...)``, ``torch.tpu.precision(...)``) are context variables: a block
+changes its own thread or asyncio task only, and restores the previous value in ``finally``.
 """
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import functools
 import os
-import threading
-from contextlib import contextmanager
-
-from . import hooks
 
 
 class EagerMode(enum.Enum):
@@ -47,17 +46,14 @@ class Precision(enum.IntEnum):
     HIGHEST = 2
 
 
-class _Settings:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.eager_mode = EagerMode.DEFER_NEVER
-        # precision[0] is the global one (torch.set_float32_matmul_precision); blocks push
-        self.precision: list[Precision] = [Precision.DEFAULT]
-        # None until first read: then XLA_FLAGS decides, as in TorchTPU
-        self.allow_excess_precision: bool | None = None
-
-
-SETTINGS = _Settings()
+#: The innermost ``torch.tpu.set_eager_mode`` block of this context (None: the process's mode).
+EAGER_SCOPE: contextvars.ContextVar[EagerMode | None] = contextvars.ContextVar(
+    "tpu_eager_mode", default=None
+)
+#: The innermost ``torch.tpu.precision`` block of this context (None: the process's precision).
+PRECISION_SCOPE: contextvars.ContextVar[Precision | None] = contextvars.ContextVar(
+    "tpu_precision", default=None
+)
 
 
 def as_eager_mode(mode) -> EagerMode:
@@ -70,63 +66,21 @@ def as_eager_mode(mode) -> EagerMode:
     raise ValueError(f"Unknown eager mode {mode!r}; use one of {names}.")
 
 
-def get_eager_mode() -> EagerMode:
-    return SETTINGS.eager_mode
-
-
-def put_eager_mode(mode) -> None:
-    mode = as_eager_mode(mode)
-    _refuse_inside_compile()
-    with SETTINGS.lock:
-        old, SETTINGS.eager_mode = SETTINGS.eager_mode, mode
-    for listener in EAGER_MODE_LISTENERS:
-        listener(mode)
-    if old is not mode:
-        hooks.emit("mode_change", old=old, new=mode)
-
-
-@contextmanager
-def set_eager_mode(mode):
-    """Run the block in ``mode``; the previous mode comes back on exit, also on exceptions."""
-    mode = as_eager_mode(mode)
-    previous = get_eager_mode()
-    put_eager_mode(mode)
-    try:
-        yield mode
-    finally:
-        put_eager_mode(previous)
-
-
-@contextmanager
-def precision(mode: Precision):
-    """Float32 matmul precision inside the block (TorchTPU: a context manager over the global
-    precision of ``torch.set_float32_matmul_precision``). Numbers change only while the TPU
-    numerics emulation is on (``tpu_lab.numerics.emulate``)."""
+def as_precision(mode) -> Precision:
+    """A ``torch.tpu.Precision``, or TorchTPU's error for anything else."""
     if not isinstance(mode, Precision):
         raise ValueError(
             "expected to be one of 'PrecisionConfig.DEFAULT', 'PrecisionConfig.HIGH', or "
             f"'PrecisionConfig.HIGHEST', got '{mode}'"
         )
-    SETTINGS.precision.append(mode)
-    _precision_changed()
-    try:
-        yield
-    finally:
-        SETTINGS.precision.pop()
-        _precision_changed()
+    return mode
 
 
-#: Called with no arguments after the precision or excess precision changes, and with the new
-#: mode after the eager mode is put: ``bridge`` registers the core's side of both (it imports
-#: this module; this one imports no other device module but ``hooks``).
-PRECISION_LISTENERS: list = []
-EAGER_MODE_LISTENERS: list = []
+def refuse_inside_compile() -> None:
+    import torch
 
-
-def _precision_changed() -> None:
-    """Precision and excess precision are part of every compiled op's key: tell the core."""
-    for listener in PRECISION_LISTENERS:
-        listener()
+    if torch.compiler.is_compiling():
+        raise RuntimeError("A compiled graph cannot select how to dispatch eager ops.")
 
 
 #: Environment variable: ``tpu`` turns the TPU numerics emulation on at start (read once);
@@ -134,20 +88,21 @@ def _precision_changed() -> None:
 NUMERICS_ENV = "TPU_LAB_NUMERICS"
 
 #: TorchTPU's names for the global precision (``torch.set_float32_matmul_precision``).
-_MATMUL_PRECISION = {
+MATMUL_PRECISION = {
     "medium": Precision.DEFAULT,
     "high": Precision.HIGH,
     "highest": Precision.HIGHEST,
 }
 
 
-def install() -> None:
+def install(set_global_precision) -> None:
     """Let ``torch.set_float32_matmul_precision`` also set the TPU's global float32 matmul
-    precision, as TorchTPU's loader does ("medium" = ``DEFAULT``, TorchTPU's default; "high" =
-    ``HIGH``; "highest" = ``HIGHEST``), after it has set PyTorch's own as always (a CUDA user
-    keeps TF32, the CPU keeps its setting). ``torch.get_float32_matmul_precision`` stays
-    PyTorch's: the TPU's is ``torch.tpu``'s to report. Where TorchTPU itself is loaded it takes
-    both functions over; this device only adds to the setter."""
+    precision (``set_global_precision``), as TorchTPU's loader does ("medium" = ``DEFAULT``,
+    TorchTPU's default; "high" = ``HIGH``; "highest" = ``HIGHEST``), after it has set PyTorch's
+    own as always (a CUDA user keeps TF32, the CPU keeps its setting).
+    ``torch.get_float32_matmul_precision`` stays PyTorch's: the TPU's is ``torch.tpu``'s to
+    report. Where TorchTPU itself is loaded it takes both functions over; this device only adds
+    to the setter."""
     import torch
 
     original = torch.set_float32_matmul_precision
@@ -157,38 +112,19 @@ def install() -> None:
     @functools.wraps(original)
     def set_float32_matmul_precision(precision: str) -> None:
         original(precision)  # PyTorch's own setting first (an unknown name: its warning)
-        if precision in _MATMUL_PRECISION:
-            SETTINGS.precision[0] = _MATMUL_PRECISION[precision]
-            _precision_changed()
+        if precision in MATMUL_PRECISION:
+            set_global_precision(MATMUL_PRECISION[precision])
 
     set_float32_matmul_precision._tpu_lab = True
     torch.set_float32_matmul_precision = set_float32_matmul_precision
-
-
-def current_precision() -> Precision:
-    """The innermost ``torch.tpu.precision(...)`` block's precision, else the global one."""
-    return SETTINGS.precision[-1]
 
 
 #: XLA's flag, read from ``XLA_FLAGS`` as TorchTPU reads it (once, on first use).
 EXCESS_PRECISION_FLAG = "--xla_allow_excess_precision"
 
 
-def allow_excess_precision() -> bool:
-    """``torch.tpu.allow_excess_precision``: as set, else ``XLA_FLAGS``' value, else False."""
-    if SETTINGS.allow_excess_precision is None:
-        SETTINGS.allow_excess_precision = _excess_precision_from_flags()
-    return SETTINGS.allow_excess_precision
-
-
-def set_allow_excess_precision(value: bool) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"allow_excess_precision must be True or False, got {value!r}.")
-    SETTINGS.allow_excess_precision = value
-    _precision_changed()
-
-
-def _excess_precision_from_flags() -> bool:
+def excess_precision_from_flags() -> bool:
+    """``XLA_FLAGS``' value of ``--xla_allow_excess_precision`` (False when absent)."""
     value = False
     for flag in os.environ.get("XLA_FLAGS", "").split():
         name, equals, setting = flag.partition("=")
@@ -204,10 +140,3 @@ def _excess_precision_from_flags() -> bool:
                 f"(e.g. XLA_FLAGS={EXCESS_PRECISION_FLAG}=false)."
             )
     return value
-
-
-def _refuse_inside_compile() -> None:
-    import torch
-
-    if torch.compiler.is_compiling():
-        raise RuntimeError("A compiled graph cannot select how to dispatch eager ops.")

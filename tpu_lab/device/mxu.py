@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 import torch
 
-from .modes import Precision, current_precision
+from .modes import Precision
+from .process import current
 
 #: The (i, j) pairs of bfloat16 parts multiplied at each precision (0 = hi, 1 = mid, 2 = lo).
 PASSES: dict[Precision, tuple[tuple[int, int], ...]] = {
@@ -64,7 +65,7 @@ def bilinear(op: Callable, a: torch.Tensor, b: torch.Tensor, precision=None, **k
     """``op(a, b, **kwargs)`` as the MXU computes it at ``precision`` (default: the innermost
     ``torch.tpu.precision`` block, else ``DEFAULT``). Non-float32 operands and ``HIGHEST`` run
     ``op`` as is (float32, bit for bit the CPU's)."""
-    precision = current_precision() if precision is None else Precision(precision)
+    precision = current().precision if precision is None else Precision(precision)
     if a.dtype != torch.float32 or b.dtype != torch.float32 or precision is Precision.HIGHEST:
         return op(a, b, **kwargs)
     return passes(op, a, b, precision, **kwargs)

@@ -1,10 +1,8 @@
 """Every change tpu_lab makes to torch's own objects, in one place (each has a test in
 tests/test_patches.py).
 
-With the compiled core, PyTorch sees a real backend and only what TorchTPU itself changes is
-changed (``ALWAYS``). The pure-Python core, which PyTorch cannot see as a backend in C++, also
-needs ``PYTHON_CORE``: without C++ hooks, storages have no bytes of their own, generators and
-``torch.accelerator``'s memory functions have no device to ask.
+PyTorch sees the compiled core as a real backend, so only what TorchTPU itself changes is
+changed, and only for "tpu": code that never uses the device runs as without tpu_lab.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ class Patch:
     why: str
 
 
-ALWAYS = (
+PATCHES = (
     Patch(
         "torch.compile",
         "as TorchTPU does, backend 'tpu' means dynamic=False unless the call sets it; every "
@@ -43,31 +41,3 @@ ALWAYS = (
         "as always; torch.get_float32_matmul_precision stays PyTorch's (modes.install)",
     ),
 )
-
-PYTHON_CORE = (
-    Patch(
-        "torch.UntypedStorage (cpu, to, nbytes, size, data_ptr, __new__), Tensor.data_ptr",
-        "a Python backend's storages hold no bytes: serialization and safetensors need the "
-        "payload's (storage.py)",
-    ),
-    Patch(
-        "torch.Generator",
-        "PrivateUse1 generators come from C++ hooks a Python backend cannot provide "
-        "(generator.py)",
-    ),
-    Patch(
-        "torch.accelerator: memory_stats, get_memory_info, reset_peak_memory_stats, "
-        "reset_accumulated_memory_stats, empty_cache, synchronize",
-        "PyTorch's Python device guard cannot synchronize and has no allocator to ask "
-        "(accelerator.py)",
-    ),
-)
-
-
-def install_python_core() -> None:
-    """The patches the pure-Python core needs (the compiled core needs none of them)."""
-    from . import accelerator, generator, storage
-
-    storage.install()
-    accelerator.install()
-    generator.install()

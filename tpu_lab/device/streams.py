@@ -21,12 +21,14 @@ _NOT_IMPLEMENTED = (
 )
 
 
-class Stream:
-    """A queue of work on the device; on the bundled device, always complete."""
+class Stream(torch.Stream):
+    """``torch.tpu.Stream``: a queue of work on the device, always complete here. A
+    ``torch.Stream`` of the compiled core's device guard, as TorchTPU's ``TpuStream`` is, so
+    ``Tensor.record_stream`` and the ``torch.Stream`` APIs accept it."""
 
-    def __init__(self, device=None, priority: int = 0) -> None:
-        self.device = torch.device("tpu", 0) if device is None else _device(device)
-        self.priority = priority
+    def __new__(cls, device=None, priority: int = 0):
+        device = torch.device("tpu", 0) if device is None else _device(device)
+        return super().__new__(cls, device=device, priority=priority)
 
     def query(self) -> bool:
         raise NotImplementedError(_NOT_IMPLEMENTED)
@@ -48,39 +50,8 @@ class Stream:
         event.record(self)
         return event
 
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __hash__(self) -> int:
-        return id(self)
-
     def __repr__(self) -> str:
         return "<torch.tpu.TpuStream>"
-
-
-class TpuStream(torch.Stream):
-    """``torch.tpu.Stream`` with the compiled core: a ``torch.Stream`` of the device's guard, as
-    TorchTPU's ``TpuStream`` is (so ``Tensor.record_stream`` and ``torch.Stream`` APIs accept
-    it); the device is synchronous, so it is always idle."""
-
-    def __new__(cls, device=None, priority: int = 0):
-        device = torch.device("tpu", 0) if device is None else _device(device)
-        return super().__new__(cls, device=device, priority=priority)
-
-    query = Stream.query
-    priority_range = Stream.priority_range
-    synchronize = Stream.synchronize
-    wait_stream = Stream.wait_stream
-    wait_event = Stream.wait_event
-    record_event = Stream.record_event
-    __repr__ = Stream.__repr__
-
-
-def stream_class() -> type:
-    """``torch.tpu.Stream``: a ``torch.Stream`` where the compiled core's guard provides them."""
-    from . import bridge
-
-    return TpuStream if bridge.native() is not None else Stream
 
 
 class Event:
@@ -141,7 +112,7 @@ _local = threading.local()
 
 @functools.cache
 def default_stream(device=None) -> Stream:
-    return stream_class()()
+    return Stream()
 
 
 def current_stream(device=None) -> Stream:

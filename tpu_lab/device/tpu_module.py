@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import NotSimulatedError
-from . import bridge, compile_cache, modes, streams
-from .bridge import default_generator
-from .driver import chip
+from . import modes, streams
+from .compile_cache import PerfStats
 
 LEGACY_ENV = "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS"
 
@@ -44,8 +43,9 @@ class _TpuDeviceProperties:
     multi_processor_count: int = 1
 
 
-def _index(device) -> int:
-    """The device index named by ``device``; this process drives only ``tpu:0``."""
+def _index(device, topology) -> int:
+    """The device index named by ``device``; this process drives only ``tpu:0`` of
+    ``topology``."""
     if device is None:
         return 0
     if isinstance(device, str):
@@ -62,8 +62,8 @@ def _index(device) -> int:
         raise ValueError(
             f"Cannot set TPU device to index {index}, current process is bound to device index "
             "0. Changing the active TPU device within a process is not supported. (Each process "
-            f"drives one chip; the simulated {chip().topology.name} has "
-            f"{chip().topology.devices}: multi-chip work runs one process per chip.)"
+            f"drives one chip; the simulated {topology.name} has {topology.devices}: multi-chip "
+            "work runs one process per chip.)"
         )
     return index
 
@@ -102,11 +102,14 @@ def _internal(prefer: str, name: str | None = None):
 
 
 class _TpuModule(types.ModuleType):
-    """A module type so that ``eager_mode`` and ``allow_excess_precision`` are properties."""
+    """A module type so that ``eager_mode`` and ``allow_excess_precision`` are properties (of
+    the device, ``_device``)."""
+
+    _device = None
 
     @property
     def eager_mode(self) -> modes.EagerMode:
-        return modes.get_eager_mode()
+        return self._device.eager_mode
 
     @property
     def _initialized(self) -> bool:
@@ -116,17 +119,17 @@ class _TpuModule(types.ModuleType):
 
     @eager_mode.setter
     def eager_mode(self, mode) -> None:
-        modes.put_eager_mode(mode)
+        self._device.put_eager_mode(mode)
 
     @property
     def allow_excess_precision(self) -> bool:
         """Whether XLA may keep more precision than asked (TorchTPU: False unless XLA_FLAGS has
         ``--xla_allow_excess_precision``); a change makes every later graph compile anew."""
-        return modes.allow_excess_precision()
+        return self._device.allow_excess_precision
 
     @allow_excess_precision.setter
     def allow_excess_precision(self, value: bool) -> None:
-        modes.set_allow_excess_precision(value)
+        self._device.allow_excess_precision = value
 
     def __getattr__(self, name: str):
         raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")
@@ -159,166 +162,6 @@ def is_available() -> bool:
 @_internal("torch.accelerator.device_count")
 def device_count() -> int:
     return 1
-
-
-@_internal("torch.accelerator.current_device_index")
-def current_device() -> int:
-    return 0
-
-
-@_internal("torch.accelerator.set_device_index")
-def set_device(device) -> None:
-    _index(device)
-
-
-class device:  # noqa: N801 - TorchTPU's (and torch.cuda's) spelling
-    """Select a device inside the block; only ``tpu:0`` exists in a process."""
-
-    @_internal("torch.accelerator.device_index", name="device")
-    def __init__(self, device) -> None:
-        self.idx = _index(device)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        return False
-
-
-class device_of:  # noqa: N801
-    """The device of a tensor, as a context manager (a no-op for non-"tpu" tensors)."""
-
-    def __init__(self, obj) -> None:
-        self.idx = _index(obj.get_device()) if obj.device.type == "tpu" else -1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        return False
-
-
-def get_device_name(device=None) -> str:
-    return chip().name
-
-
-def get_device_properties(device=None) -> _TpuDeviceProperties:
-    return _TpuDeviceProperties(chip().name, chip().capacity)
-
-
-def get_amp_supported_dtype() -> list[torch.dtype]:
-    return list(AMP_SUPPORTED_DTYPES)
-
-
-@_internal("torch.accelerator.synchronize")
-def synchronize(device=None) -> None:
-    _index(device)
-    bridge.synchronize()
-
-
-def manual_seed(seed: int) -> None:
-    default_generator().manual_seed(int(seed))
-
-
-def manual_seed_all(seed: int) -> None:
-    default_generator().manual_seed(int(seed))
-
-
-@_internal("torch.accelerator.random.initial_seed")
-def initial_seed() -> int:
-    return default_generator().initial_seed()
-
-
-def _rng_device(device) -> None:
-    if isinstance(device, str | torch.device) and torch.device(device).type != "tpu":
-        raise ValueError(
-            f"expected device type 'tpu' for RNG state access, got '{torch.device(device).type}'"
-        )
-    _index(device)
-
-
-@_internal("torch.accelerator.random.get_rng_state")
-def get_rng_state(device="tpu") -> torch.Tensor:
-    _rng_device(device)
-    return default_generator().get_state()
-
-
-def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
-    _rng_device(device)
-    default_generator().set_state(new_state)
-
-
-def _mesh(mesh_shape, dcn_mesh_shape=None) -> torch.Tensor:
-    devices = chip().topology.devices
-    shape = tuple(mesh_shape)
-    if dcn_mesh_shape is not None:
-        raise NotSimulatedError(
-            "dcn_mesh_shape describes a multi-host slice; the bundled device simulates one host."
-        )
-    if math.prod(shape) != devices:
-        raise ValueError(
-            f"mesh_shape {shape} has {math.prod(shape)} devices but the simulated "
-            f"{chip().topology.name} has {devices}."
-        )
-    return torch.arange(devices, dtype=torch.int64).reshape(shape)
-
-
-def topology_aware_mesh(
-    mesh_shape, *, dcn_mesh_shape=None, allow_split_physical_axes=False, contiguous_submeshes=False
-) -> torch.Tensor:
-    """Global ranks laid out as ``mesh_shape`` over the host's chips (deprecated in 0.2.0)."""
-    warnings.warn(
-        "<TorchTpu/ApiStage/DeprecatedApi/> topology_aware_mesh is deprecated as of TorchTPU "
-        "0.2.0 and will be removed in a future release: Use "
-        "torch.tpu.distributed.topology_aware_mesh instead.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return _mesh(mesh_shape, dcn_mesh_shape)
-
-
-def _hbm_usage_summary() -> str:
-    """TorchTPU's text: HBM held by compiled executables (none on the bundled device)."""
-    from .compile_backend import compiled_graphs
-
-    executables = compiled_graphs() + compile_cache.CACHE.stats().num_compilations
-    return f"CompilationCache HBM usage: 0B for {executables} executables."
-
-
-# The eager compile cache (DEFER_AND_FUSE graphs, single ops otherwise), under TorchTPU's
-# private names (used by its docs).
-def _get_cache_requests() -> int:
-    return compile_cache.CACHE.counts()[0]
-
-
-def _get_cache_hits() -> int:
-    return compile_cache.CACHE.counts()[1]
-
-
-def _get_cache_misses() -> int:
-    requests, hits = compile_cache.CACHE.counts()
-    return requests - hits
-
-
-def _get_cache_stats() -> compile_cache.PerfStats:
-    return compile_cache.CACHE.stats()
-
-
-def _clear_cache() -> None:
-    compile_cache.CACHE.clear()
-
-
-def _set_cache_only(cache_only: bool = True) -> None:
-    compile_cache.CACHE.cache_only = bool(cache_only)
-    bridge.configure_op_cache()
-
-
-def _set_dump_on_cache_miss(enable: bool = True) -> None:
-    compile_cache.CACHE.dump_on_miss = bool(enable)
-
-
-def _get_dump_on_cache_miss() -> bool:
-    return compile_cache.CACHE.dump_on_miss
 
 
 class _NotSimulated(types.ModuleType):
@@ -363,25 +206,182 @@ _OPS = (
 )  # fmt: skip
 
 
-def _set_tpu_launch_env(*, nnodes=None, nproc_per_node=None) -> None:
-    """TorchTPU's launch environment on the bundled device (tpu_lab.launch.launch_env)."""
-    from ..launch.launch_env import set_tpu_launch_env
+class _DeviceFunctions:
+    """The ``torch.tpu`` functions that read or change the device (bound to it by
+    :func:`build`): their names are TorchTPU's, so they become the module's attributes."""
 
-    set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)
+    def __init__(self, device) -> None:
+        self._device = device
+
+    def _index(self, device) -> int:
+        return _index(device, self._device.chip.topology)
+
+    def set_tpu_launch_env(self, *, nnodes=None, nproc_per_node=None) -> None:
+        """TorchTPU's launch environment on the bundled device (:mod:`.launch_env`); one rank
+        per device of a host of the simulated topology unless ``nproc_per_node`` says
+        otherwise."""
+        from .launch_env import set_tpu_launch_env
+
+        if nproc_per_node is None:
+            topology = self._device.chip.topology
+            nproc_per_node = topology.devices // topology.hosts
+        set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)
+
+    @_internal("torch.accelerator.current_device_index")
+    def current_device(self) -> int:
+        return 0
+
+    @_internal("torch.accelerator.set_device_index")
+    def set_device(self, device) -> None:
+        self._index(device)
+
+    @_internal("torch.accelerator.device_index", name="device")
+    def device(self, device) -> _DeviceOf:
+        """Select a device inside the block; only ``tpu:0`` exists in a process."""
+        return _DeviceOf(self._index(device))
+
+    def device_of(self, obj) -> _DeviceOf:
+        """The device of a tensor, as a context manager (a no-op for non-"tpu" tensors)."""
+        return _DeviceOf(self._index(obj.get_device()) if obj.device.type == "tpu" else -1)
+
+    def get_device_name(self, device=None) -> str:
+        return self._device.chip.name
+
+    def get_device_properties(self, device=None) -> _TpuDeviceProperties:
+        chip = self._device.chip
+        return _TpuDeviceProperties(chip.name, chip.capacity)
+
+    @_internal("torch.accelerator.synchronize")
+    def synchronize(self, device=None) -> None:
+        self._index(device)
+        self._device.synchronize()
+
+    def manual_seed(self, seed: int) -> None:
+        self._device.generator.manual_seed(int(seed))
+
+    def manual_seed_all(self, seed: int) -> None:
+        self._device.generator.manual_seed(int(seed))
+
+    @_internal("torch.accelerator.random.initial_seed")
+    def initial_seed(self) -> int:
+        return self._device.generator.initial_seed()
+
+    def _rng_device(self, device) -> None:
+        if isinstance(device, str | torch.device) and torch.device(device).type != "tpu":
+            raise ValueError(
+                "expected device type 'tpu' for RNG state access, got "
+                f"'{torch.device(device).type}'"
+            )
+        self._index(device)
+
+    @_internal("torch.accelerator.random.get_rng_state")
+    def get_rng_state(self, device="tpu") -> torch.Tensor:
+        self._rng_device(device)
+        return self._device.generator.get_state()
+
+    def set_rng_state(self, new_state: torch.Tensor, device="tpu") -> None:
+        self._rng_device(device)
+        self._device.generator.set_state(new_state)
+
+    def set_eager_mode(self, mode):
+        """Run the block in ``mode``; the previous mode comes back on exit, also on
+        exceptions (a context variable: other threads and tasks keep theirs)."""
+        return self._device.scoped_eager_mode(mode)
+
+    def precision(self, mode):
+        """Float32 matmul precision inside the block (TorchTPU: a context manager over the
+        global precision of ``torch.set_float32_matmul_precision``). Numbers change only while
+        the TPU numerics emulation is on (``tpu_lab.numerics.emulate``)."""
+        return self._device.scoped_precision(mode)
+
+    def _mesh(self, mesh_shape, dcn_mesh_shape=None) -> torch.Tensor:
+        topology = self._device.chip.topology
+        shape = tuple(mesh_shape)
+        if dcn_mesh_shape is not None:
+            raise NotSimulatedError(
+                "dcn_mesh_shape describes a multi-host slice; the bundled device simulates one "
+                "host."
+            )
+        if math.prod(shape) != topology.devices:
+            raise ValueError(
+                f"mesh_shape {shape} has {math.prod(shape)} devices but the simulated "
+                f"{topology.name} has {topology.devices}."
+            )
+        return torch.arange(topology.devices, dtype=torch.int64).reshape(shape)
+
+    def topology_aware_mesh(
+        self, mesh_shape, *, dcn_mesh_shape=None, allow_split_physical_axes=False,
+        contiguous_submeshes=False,
+    ) -> torch.Tensor:  # fmt: skip
+        """Global ranks laid out as ``mesh_shape`` over the host's chips (deprecated in 0.2.0)."""
+        warnings.warn(
+            "<TorchTpu/ApiStage/DeprecatedApi/> topology_aware_mesh is deprecated as of "
+            "TorchTPU 0.2.0 and will be removed in a future release: Use "
+            "torch.tpu.distributed.topology_aware_mesh instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._mesh(mesh_shape, dcn_mesh_shape)
+
+    def _hbm_usage_summary(self) -> str:
+        """TorchTPU's text: HBM held by compiled executables (none on the bundled device)."""
+        device = self._device
+        executables = device.compiled_graphs + device.cache.stats().num_compilations
+        return f"CompilationCache HBM usage: 0B for {executables} executables."
+
+    # The eager compile cache (DEFER_AND_FUSE graphs, single ops otherwise), under TorchTPU's
+    # private names (used by its docs).
+    def _get_cache_requests(self) -> int:
+        return self._device.cache.counts()[0]
+
+    def _get_cache_hits(self) -> int:
+        return self._device.cache.counts()[1]
+
+    def _get_cache_misses(self) -> int:
+        requests, hits = self._device.cache.counts()
+        return requests - hits
+
+    def _get_cache_stats(self) -> PerfStats:
+        return self._device.cache.stats()
+
+    def _clear_cache(self) -> None:
+        self._device.cache.clear()
+
+    def _set_cache_only(self, cache_only: bool = True) -> None:
+        self._device.set_cache_only(cache_only)
+
+    def _set_dump_on_cache_miss(self, enable: bool = True) -> None:
+        self._device.cache.dump_on_miss = bool(enable)
+
+    def _get_dump_on_cache_miss(self) -> bool:
+        return self._device.cache.dump_on_miss
 
 
-def _submodules() -> dict[str, types.ModuleType]:
-    # --- issue 15 (TorchTPU code on a laptop): pallas, profiler, launch env live outside device/
+class _DeviceOf:
+    def __init__(self, idx: int) -> None:
+        self.idx = idx
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+def _submodules(functions: _DeviceFunctions) -> dict[str, types.ModuleType]:
+    # --- issue 15 (TorchTPU code on a laptop): pallas, profiler, launch env
     from ..profiler.config import torch_tpu_module as profiler_module
     from . import pallas
 
     return {
-        "compiler": _NotSimulated("compiler", (), custom_compiler_options=_custom_compiler_options),
+        "compiler": _NotSimulated(
+            "compiler", (), custom_compiler_options=_custom_compiler_options
+        ),
         "distributed": _NotSimulated(
             "distributed",
             ("spmd_safe", "window_num_stripes", "window_stripe_chunk_mb"),
-            set_tpu_launch_env=_set_tpu_launch_env,
-            topology_aware_mesh=lambda mesh_shape, *, dcn_mesh_shape=None, **_: _mesh(
+            set_tpu_launch_env=functions.set_tpu_launch_env,
+            topology_aware_mesh=lambda mesh_shape, *, dcn_mesh_shape=None, **_: functions._mesh(
                 mesh_shape, dcn_mesh_shape
             ),
         ),
@@ -394,33 +394,44 @@ def _submodules() -> dict[str, types.ModuleType]:
     }
 
 
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return list(AMP_SUPPORTED_DTYPES)
+
+
 _FUNCTIONS = (
-    _lazy_init, is_initialized, _is_in_bad_fork, is_available, device_count, current_device,
-    set_device, device, device_of, get_device_name, get_device_properties,
-    get_amp_supported_dtype, synchronize, manual_seed, manual_seed_all, initial_seed,
-    get_rng_state, set_rng_state, topology_aware_mesh, _hbm_usage_summary,
-    _get_cache_requests, _get_cache_hits, _get_cache_misses, _get_cache_stats, _clear_cache,
-    _set_cache_only, _set_dump_on_cache_miss, _get_dump_on_cache_miss,
+    _lazy_init, is_initialized, _is_in_bad_fork, is_available, device_count,
+    get_amp_supported_dtype,
+)  # fmt: skip
+
+_BOUND = (
+    "current_device", "set_device", "device", "device_of", "get_device_name",
+    "get_device_properties", "synchronize", "manual_seed", "manual_seed_all", "initial_seed",
+    "get_rng_state", "set_rng_state", "set_eager_mode", "precision", "topology_aware_mesh",
+    "_hbm_usage_summary", "_get_cache_requests", "_get_cache_hits", "_get_cache_misses",
+    "_get_cache_stats", "_clear_cache", "_set_cache_only", "_set_dump_on_cache_miss",
+    "_get_dump_on_cache_miss",
 )  # fmt: skip
 
 
-def build() -> _TpuModule:
-    """A fresh ``torch.tpu`` module object for the bundled device."""
+def build(tpu_device) -> _TpuModule:
+    """A fresh ``torch.tpu`` module object for the bundled device ``tpu_device``."""
     module = _TpuModule("torch.tpu", "torch.tpu on tpu_lab's bundled (simulated) device.")
+    module._device = tpu_device
     for fn in _FUNCTIONS:
         setattr(module, fn.__name__, fn)
+    functions = _DeviceFunctions(tpu_device)
+    for name in _BOUND:
+        setattr(module, name, getattr(functions, name))
     module.EagerMode = modes.EagerMode
     module.Precision = modes.Precision
-    module.set_eager_mode = modes.set_eager_mode
-    module.precision = modes.precision
-    module.Stream = streams.stream_class()
+    module.Stream = streams.Stream
     module.Event = streams.Event
     module.stream = streams.stream
     module.set_stream = _internal("torch.accelerator.set_stream")(streams.set_stream)
     module.current_stream = _internal("torch.accelerator.current_stream")(streams.current_stream)
     module.default_stream = streams.default_stream
-    module.default_generators = (default_generator(),)
-    for name, sub in _submodules().items():
+    module.default_generators = (tpu_device.generator,)
+    for name, sub in _submodules(functions).items():
         setattr(module, name, sub)
         sys.modules[f"torch.tpu.{name}"] = sub
     return module

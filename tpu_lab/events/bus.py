@@ -2,12 +2,13 @@
 
 Publishers call :meth:`Bus.emit` with a kind and plain data: the bundled device (``sync``,
 ``transfer``, ``cache_hit``, ``cache_miss``, ``cache_cleared``, ``oom``, ``compile_requested``;
-:mod:`tpu_lab.device.hooks`), the eager modes of the bundled device and the TorchTPU adapter
-(``mode_change``, with the ``old`` and ``new`` modes), the IPython cell follower
-(``cell_finished``, with the ``cell`` number; :mod:`.context`) and the event log (``recorded``,
-with the ``event`` it recorded and the ``log``). Subscribers (the event log, the dashboard
-widget, progress bars) get ``(kind, data)`` for every message, in the order they were emitted,
-and must not raise. Emitting with no subscriber costs one check.
+:meth:`tpu_lab.device.process.Device.publish`, mode changes included), the TorchTPU adapter
+(``mode_change``, with the ``old`` and ``new`` modes) and the IPython cell follower
+(``cell_finished``, with the ``cell`` number; :mod:`.context`). The subscriber is the event
+log's collector (:mod:`.device_collector`); whoever wants the events subscribes to the log
+(:meth:`tpu_lab.events.EventLog.subscribe`), which sends them on with the device's state.
+Subscribers get ``(kind, data)`` for every message, in the order they were emitted, and must
+not raise. Emitting with no subscriber costs one check.
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
-"""Compilations and recompilations from torch.compile (Dynamo), for any backend.
+"""Compilations and recompilations from torch.compile (Dynamo), for any backend: a source of the
+event log (:meth:`tpu_lab.events.EventLog.add_source`).
 
 ``on_compile_start`` notes the user's call site; Dynamo records a compilation's metrics (function,
 compile time, graph size, graph breaks, the guard that failed) after ``on_compile_end``, so
-they are read when the next compilation starts and whenever the log is read.
+they are taken when the next compilation starts (the event's time) and whenever the log reads
+its sources (before every record and every read, and at the end of a cell).
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import Counter
 
 from .context import location, user_frame
-from .event_log import EventLog
+from .event_log import Pending
 from .explain import explain_guard
 
 #: A call site that recompiles this many times is flagged as a recompilation storm.
@@ -20,10 +23,12 @@ STORM = 4
 
 
 class DynamoCollector:
-    def __init__(self, log: EventLog) -> None:
-        self.log = log
+    """What Dynamo compiled, as events: :meth:`collect` hands them to the log."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last = None
+        self._pending: list[Pending] = []
         self._sites: dict[str, str | None] = {}
         self._recompiles: Counter[str] = Counter()
         self._cost: Counter[str] = Counter()
@@ -54,16 +59,26 @@ class DynamoCollector:
             self._handler.register_start_callback(self._on_start)
 
     def _on_start(self, args) -> None:
-        self.flush()
+        self._take()
         self._sites[str(args.compile_id)] = user_frame()
 
-    def flush(self) -> None:
-        """Turn the compilations Dynamo recorded since the last flush into events."""
+    def collect(self) -> list[Pending]:
+        """The compilations finished since the last call, oldest first."""
         if not self.installed:
-            return
+            return []
         self._register()
+        self._take()
+        if not self._pending:  # the common case: no lock taken
+            return []
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    def _take(self) -> None:
+        """Turn the compilations Dynamo recorded since the last take into pending events."""
         if not self._metrics or self._metrics[-1] is self._last:
             return
+        now = time.time()
         with self._lock:
             new = []
             for m in reversed(self._metrics):
@@ -71,10 +86,9 @@ class DynamoCollector:
                     break
                 new.append(m)
             self._last = self._metrics[-1]
-        for m in reversed(new):
-            self._record(m)
+            self._pending += [self._event(m, now) for m in reversed(new)]
 
-    def _record(self, m) -> None:
+    def _event(self, m, now: float) -> Pending:
         compile_id = str(m.compile_id)
         function = f"{m.co_name} ({location(m.co_filename, m.co_firstlineno)})"
         site = self._sites.pop(compile_id, None)
@@ -92,8 +106,7 @@ class DynamoCollector:
         }
         if not m.recompile_reason:
             summary = f"compiled {m.co_name} in {seconds:.2f} s ({m.graph_op_count or 0} ops)"
-            self.log.record("compile", summary, where=site, **details)
-            return
+            return Pending("compile", summary, site, details, now)
         self._recompiles[key] += 1
         count = self._recompiles[key]
         reasons = [line for line in m.recompile_reason.split("\n") if line and line[0].isdigit()]
@@ -102,14 +115,12 @@ class DynamoCollector:
         summary = f"recompiled {m.co_name}: {explanations[0].change}"
         if storm:
             summary += f" (recompilation storm: {count} recompiles at this call site)"
-        self.log.record(
-            "recompile",
-            summary,
-            where=site,
-            reason=re.sub(r"\s+#.*$", "", m.recompile_reason.split("\n", 1)[0]),
-            changes=[e.change for e in explanations],
-            hints=[e.hint for e in explanations],
-            recompiles_here=count,
-            storm=storm,
+        details = {
+            "reason": re.sub(r"\s+#.*$", "", m.recompile_reason.split("\n", 1)[0]),
+            "changes": [e.change for e in explanations],
+            "hints": [e.hint for e in explanations],
+            "recompiles_here": count,
+            "storm": storm,
             **details,
-        )
+        }
+        return Pending("recompile", summary, site, details, now)

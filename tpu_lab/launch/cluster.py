@@ -118,9 +118,9 @@ class Cluster:
         self.failures = ()
         self._folder = tempfile.mkdtemp(prefix="tpu-lab-cluster-")
         self._id = os.path.basename(self._folder)
+        from ..device.launch_env import host_environment
         from ..runtime import backend
         from .forkserver import ForkServer
-        from .launch_env import host_environment
 
         if not backend().simulated:  # TorchTPU's per-process launch variables, as torchrun's
             from .torchrun import prepare_launch

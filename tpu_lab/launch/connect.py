@@ -73,8 +73,8 @@ class ConnectedCluster(Cluster):
         return self
 
     def _attach(self, timeout_s: float) -> None:
+        from ..device.launch_env import topology_for
         from ..device.topology import parse_topology
-        from .launch_env import topology_for
 
         client = self._client
         ids = sorted(client.ids)

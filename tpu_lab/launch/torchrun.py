@@ -28,8 +28,8 @@ import sys
 import uuid
 from dataclasses import dataclass
 
+from ..device.launch_env import host_environment, set_tpu_launch_env, topology_for
 from ..errors import SpmdError
-from .launch_env import host_environment, set_tpu_launch_env, topology_for
 
 #: Marks every process of one launch (tests use it to check that none is left).
 LAUNCH_ENV = "TPU_LAB_TORCHRUN"
@@ -91,10 +91,6 @@ def bind(world_size: int | None = None) -> str:
     # As transformers does: this process drives one chip, always tpu:0.
     torch.accelerator.set_device_index(torch.accelerator.current_device_index())
     return name
-
-
-def in_torchrun_worker() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ and "WORLD_SIZE" in os.environ
 
 
 @dataclass(frozen=True)

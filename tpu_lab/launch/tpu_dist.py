@@ -48,9 +48,9 @@ def _cpu(x):
     """A CPU tensor sharing the bytes of ``x`` (a "tpu" tensor's payload; CPU tensors as is)."""
     if isinstance(x, torch.Tensor):
         if x.device.type == "tpu":
-            from ..device.bridge import payload
+            from ..device import current
 
-            return payload(x)
+            return current().payload(x)
         return x
     if isinstance(x, (list, tuple)):
         return [_cpu(y) for y in x]
@@ -208,7 +208,9 @@ def _waited(out):
 
 
 def _collective_kernel(op):
-    from ..device.bridge import wrap
+    from ..device import current
+
+    wrap = current().wrap
 
     def back(out, originals: dict[int, torch.Tensor]):
         if isinstance(out, torch.Tensor):

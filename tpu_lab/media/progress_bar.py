@@ -66,8 +66,9 @@ class Progress:
         self.bars.append(bar)
         return bar
 
-    def _on_event(self, event: Any) -> None:
-        if event.kind not in ("compile", "recompile"):
+    def _on_event(self, snapshot: Any) -> None:
+        event = snapshot.event
+        if event is None or event.kind not in ("compile", "recompile"):
             return
         if event.kind == "compile":
             self._compiles += 1

@@ -112,11 +112,6 @@ class CharTokenizer:
         return len(self.chars)
 
     @classmethod
-    def from_text(cls, text: str) -> CharTokenizer:
-        """The vocabulary of the characters in ``text``, sorted."""
-        return cls(sorted(set(text)))
-
-    @classmethod
     def from_pretrained(cls, folder: str | Path) -> CharTokenizer:
         path = Path(folder) / VOCAB
         if not path.is_file():

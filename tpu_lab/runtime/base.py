@@ -23,6 +23,8 @@ class DeviceStatus:
     devices_in_process: int
     memory: MemoryStats
     eager_mode: str
+    #: The index in the topology of the first chip this process drives (``memory`` is its HBM).
+    chip_index: int = 0
 
 
 class Backend(abc.ABC):

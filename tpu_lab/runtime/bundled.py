@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import torch
+import os
 
 from .. import device
+from ..device.modes import NUMERICS_ENV
 from ..errors import TopologyError
 from .base import Backend, DeviceStatus
+from .memory import MemoryStats, format_bytes
 
 
 class BundledBackend(Backend):
@@ -14,13 +16,17 @@ class BundledBackend(Backend):
     simulated = True
 
     def __init__(self) -> None:
-        device.install()
+        self._device = device.current()
+        if os.environ.get(NUMERICS_ENV, "").strip():
+            from ..device import emulation  # imported only where the environment asks for it
 
-    def memory(self) -> device.MemoryStats:
-        return device.chip().stats()
+            emulation.emulate(emulation.requested_at_start())
+
+    def memory(self) -> MemoryStats:
+        return self._device.chip.stats()
 
     def status(self) -> DeviceStatus:
-        chip = device.chip()
+        chip = self._device.chip
         topo = chip.topology
         return DeviceStatus(
             backend="tpu_lab bundled device",
@@ -31,20 +37,21 @@ class BundledBackend(Backend):
             chips=topo.devices,
             devices_in_process=1,
             memory=chip.stats(),
-            eager_mode=torch.tpu.eager_mode.name,
+            eager_mode=self._device.eager_mode.name,
+            chip_index=chip.index,
         )
 
     def set_eager_mode(self, mode) -> None:
-        torch.tpu.eager_mode = mode  # the device's modes publish the change
+        self._device.put_eager_mode(mode)  # the device publishes the change
 
     def use_topology(self, name: str) -> str:
         topo = device.parse_topology(name)
-        live = device.chip().stats().live
+        live = self._device.chip.stats().live
         if live > topo.hbm_per_device:
             raise TopologyError(
-                f"Cannot switch to {topo.name}: {device.format_bytes(live)} of tensors are on "
-                f"the device, more than its {device.format_bytes(topo.hbm_per_device)} of HBM "
-                "per chip. Free tensors (del them) first."
+                f"Cannot switch to {topo.name}: {format_bytes(live)} of tensors are on the "
+                f"device, more than its {format_bytes(topo.hbm_per_device)} of HBM per chip. "
+                "Free tensors (del them) first."
             )
-        device.set_topology(topo)
+        self._device.use_topology(topo)
         return str(topo)

@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 
-from ..errors import BackendConflictError
+from ..errors import BackendConflictError, DeviceCoreError
 from .base import Backend
 
 BACKEND_ENV = "TPU_LAB_BACKEND"
@@ -102,13 +102,14 @@ def activate() -> Backend | None:
         if _active is None and _conflict is None:
             try:
                 _active = _pick()
-            except BackendConflictError as exc:
+            except (BackendConflictError, DeviceCoreError) as exc:
                 _conflict = str(exc)
         return _active
 
 
 def conflict() -> str | None:
-    """Why no backend could start, or ``None``."""
+    """Why no backend could start (torch_tpu loaded without a TPU, or the bundled device's core
+    could not be built), or ``None``."""
     activate()
     return _conflict
 

@@ -48,6 +48,7 @@ class TorchTPUBackend(Backend):
             devices_in_process=torch.accelerator.device_count(),
             memory=self.memory(),
             eager_mode=getattr(tpu.eager_mode, "name", str(tpu.eager_mode)),
+            chip_index=0,  # torch-tpu 0.2.0 does not say which chip of the host tpu:0 is
         )
 
     def set_eager_mode(self, mode) -> None:

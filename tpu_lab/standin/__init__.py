@@ -97,9 +97,3 @@ def describe() -> str:
         "shadowed": "not used: the real torch-tpu is installed",
         "off": f"off ({STANDIN_ENV}=0 or tpu_lab not imported)",
     }[state()]
-
-
-def autoload() -> None:
-    """For PyTorch's device-backend autoload (entry point group ``torch.backends``): importing
-    this module imports tpu_lab, which picks the backend and installs the finder."""
-    install()

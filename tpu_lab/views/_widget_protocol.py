@@ -1,77 +1,103 @@
 """The messages between the dashboard's Python model and its front end (widgets/dashboard.js).
 
 Everything the widget shows travels as synced traitlets whose values have the shapes below
-(plain JSON). Python -> JS: every trait. JS -> Python: ``eager_mode`` only (the toggle). The
-JSDoc typedefs at the top of ``widgets/dashboard.js`` mirror these ``TypedDict``s; change both
-together.
+(plain JSON): rows computed once in Python (:mod:`._dashboard_rows`), every label, byte count
+and grouping decided, so that the front end only draws them. Python -> JS: every synced trait.
+JS -> Python: ``eager_mode`` only (the toggle). The JSDoc typedefs at the top of
+``widgets/dashboard.js`` mirror these ``TypedDict``s; change both together.
 """
 
 from __future__ import annotations
 
 from typing import TypedDict
 
-from ..events import Event
 from ..session import EAGER_MODES
-from .events import short_where
+from .palette import KIND_COLORS, KIND_COLORS_DARK
 
 
-class DeviceState(TypedDict):
-    """``device`` trait: what the process runs on."""
+class Header(TypedDict):
+    """``header`` trait: what the process runs on."""
 
+    title: str  # the device's name
+    subtitle: str  # topology, chips, the chips this process drives
     backend: str
-    simulated: bool
-    device_name: str
-    topology: str
-    topology_shape: list[int]
-    chips: int
-    devices_in_process: int
 
 
-class ChipState(TypedDict):
-    """One entry of the ``chips`` trait: one chip of the topology, in index order.
+class Gauge(TypedDict):
+    """One chip of the topology, in index order. ``driven`` chips belong to this process and
+    carry their HBM figures; the others are driven by other processes (one chip per process)."""
 
-    ``driven`` chips belong to this process and carry their HBM figures; the others are driven by
-    other processes (TorchTPU: one chip per process) and show only their capacity.
-    """
-
-    index: int
+    name: str
+    tag: str  # "this process" or "other process"
     driven: bool
-    capacity: int
-    live: int
-    peak: int
-    measured: bool
+    meter: bool  # draw live and peak: a driven chip whose backend reports its usage
+    live: float  # percent of capacity
+    peak: float
+    usage: str  # one line: "8.00 GiB / 32.00 GiB, peak 12.00 GiB"
+    lines: list[str]  # the same, one fact a line: ["8.00 GiB of 32.00 GiB", "peak 12.00 GiB"]
 
 
-class CacheState(TypedDict):
-    """``cache`` trait: the eager compile cache (graphs and single ops) and torch.compile counts."""
+class Gauges(TypedDict):
+    """``gauges`` trait: the chips, laid out like the topology's first axis."""
 
-    requests: int
-    hits: int
-    misses: int
-    compiles: int
-    recompiles: int
+    columns: int
+    chips: list[Gauge]
 
 
-class EventState(TypedDict):
-    """One entry of the ``events`` trait (oldest first)."""
+class Counters(TypedDict):
+    """``counters`` trait: the eager compile cache and torch.compile."""
 
-    seq: int
+    rate: str  # hits / requests: "75%", or "—" before the first graph
+    fill: float  # the same, as a meter's percent
+    hit_rate: str  # "75% (3 of 4 graphs)"
+    detail: str  # "hit rate · 3 hits, 1 misses of 4 graphs"
+    compiles: str  # "1 compile"
+    recompiles: str  # "2 recompiles"
+    warn: bool  # recompilations happened
+
+
+class Row(TypedDict):
+    """One row of the feed: an event, or routine events of one kind and place collapsed."""
+
+    seq: int  # the (first) event's number
     kind: str
+    label: str  # "cache miss"
+    clock: str  # "HH:MM:SS"
     summary: str
-    cell: int | None
+    times: str  # "×3" where identical events collapsed, else ""
     where: str
-    time: float
     #: ExplanationView(event).to_html() for recompile and cache_miss events, else "".
     explanation: str
+    alert: bool  # a recompile or an out-of-memory error
+    why_open: bool  # the explanation starts open (the newest recompile)
 
 
-class CellState(TypedDict):
-    """One entry of the ``cells`` trait: how many events of each kind a cell caused in total,
-    also those no longer in ``events``."""
+class Badge(TypedDict):
+    kind: str
+    text: str  # "2 cache misses"
 
-    cell: int | None
-    total: int
-    counts: dict[str, int]
+
+class Group(TypedDict):
+    """The events of one notebook cell (also those no longer kept, in its counts)."""
+
+    key: str  # stable across updates, for the open/closed state the front end keeps
+    title: str  # "In [5]", or "outside a cell"
+    total: str  # "40 events"
+    badges: list[Badge]
+    open: bool  # starts open: the newest cell, and every cell with a notable event
+    rows: list[Row]
+
+
+class Feed(TypedDict):
+    """``feed`` trait: the kept events, grouped by cell, newest cell first."""
+
+    shown: str  # "48 shown of 1,024"
+    groups: list[Group]
+
+
+class KindColors(TypedDict):
+    light: str
+    dark: str
 
 
 class ModeOption(TypedDict):
@@ -88,22 +114,7 @@ MODES: list[ModeOption] = [
     {"value": m.eager_mode, "label": m.label, "hint": m.meaning} for m in EAGER_MODES
 ]
 
-#: Event kinds kept in the feed even when a flood of other events pushes them out of it.
-NOTABLE = frozenset({"compile", "recompile", "cache_miss", "oom", "mode_change"})
-
-
-def event_state(event: Event) -> EventState:
-    explanation = ""
-    if event.kind in ("recompile", "cache_miss"):
-        from .events import ExplanationView
-
-        explanation = ExplanationView(event).to_html()
-    return {
-        "seq": event.seq,
-        "kind": event.kind,
-        "summary": event.summary,
-        "cell": event.cell,
-        "where": short_where(event.where),
-        "time": event.time,
-        "explanation": explanation,
-    }
+#: ``palette`` trait: each event kind's colours (:mod:`.palette`).
+PALETTE: dict[str, KindColors] = {
+    kind: {"light": color, "dark": KIND_COLORS_DARK[kind]} for kind, color in KIND_COLORS.items()
+}

@@ -1,14 +1,16 @@
 """The live dashboard: per-chip HBM, the eager-mode toggle, compile-cache hit rate and the event
 feed grouped by notebook cell, as an anywidget that updates while cells run.
 
-The dashboard subscribes to the event bus: every event its log records reaches
-:meth:`_Feed.add` (one deque append), and a mode change wakes it; a worker thread turns
-what accumulated into at most one widget update every ``interval`` seconds, keeping at most
+The dashboard subscribes to its event log: every event reaches it as a snapshot
+(:class:`tpu_lab.events.Snapshot`: the event, and the device's state), and :meth:`_Feed.add`
+queues the event (one deque append); a worker thread turns what accumulated into at most one
+widget update every ``interval`` seconds, drawn from the newest snapshot, keeping at most
 ``max_events`` recent events (plus ``max_notable`` compilations, recompilations, cache misses,
-OOMs and mode changes, so that a flood of transfers cannot push a recompile out of view). After
-every IPython cell (``cell_finished`` on the bus) the dashboard updates at once.
-Where no widget manager runs, the same state renders as text/html and text/plain
-(:class:`DashboardView`).
+OOMs and mode changes, so that a flood of transfers cannot push a recompile out of view). The
+end of every IPython cell (a snapshot without an event) updates it at once; where nothing is
+published for ``poll`` seconds it reads a fresh snapshot (HBM of new tensors, a mode set on
+TorchTPU directly). Where no widget manager runs, the same state renders as text/html and
+text/plain (:class:`DashboardView`).
 """
 
 from __future__ import annotations
@@ -25,11 +27,19 @@ import traitlets
 
 from .. import session
 from ..errors import TpuLabError
-from ..events import Event, EventLog
-from ..events.bus import BUS
-from ..runtime import backend
+from ..events import Event, EventLog, Snapshot
+from ..runtime import DeviceStatus, backend
+from ._dashboard_rows import (
+    NOTABLE,
+    CacheState,
+    ChipState,
+    DashboardState,
+    DeviceState,
+    event_state,
+    rows,
+)
 from ._dashboard_view import DashboardView
-from ._widget_protocol import MODES, NOTABLE, CacheState, ChipState, DeviceState, event_state
+from ._widget_protocol import MODES, PALETTE
 
 try:
     import anywidget
@@ -109,8 +119,8 @@ class _Feed:
                     self.cells.popitem(last=False)
             counts.update(e.kind for e in group)
 
-    def snapshot(self) -> tuple[list[Event], list[dict], dict[str, int], int, int]:
-        """(kept events by seq, per-cell counts, counts by kind, events seen, batch size)."""
+    def snapshot(self) -> tuple[list[Event], list[dict], dict[str, int], int]:
+        """(kept events by seq, per-cell counts, counts by kind, events seen)."""
         with self.lock:
             batch = self._drain()
             self._keep(batch)
@@ -120,21 +130,11 @@ class _Feed:
                 {"cell": cell, "total": sum(c.values()), "counts": dict(c)}
                 for cell, c in self.cells.items()
             ]
-            return [kept[s] for s in sorted(kept)], cells, dict(self.kinds), self.seen, len(batch)
+            return [kept[s] for s in sorted(kept)], cells, dict(self.kinds), self.seen
 
 
-def _eager_mode() -> str:
-    mode = session.current_mode()
-    return getattr(mode, "name", str(mode))
-
-
-def _device() -> tuple[DeviceState, list[ChipState]]:
-    status = backend().status()
-    first = 0
-    if status.simulated:
-        from ..device import chip
-
-        first = chip().index
+def _device(status: DeviceStatus) -> tuple[DeviceState, list[ChipState]]:
+    first = status.chip_index
     driven = range(first, first + status.devices_in_process)
     m = status.memory
     chips: list[ChipState] = [
@@ -166,17 +166,26 @@ class Dashboard(anywidget.AnyWidget):
     ``Dashboard()`` watches ``tpu_lab.events.log``; it stays live until :meth:`close`.
     ``interval`` is the shortest time between two updates (seconds), ``poll`` how often HBM and the
     cache counters are re-read while no events arrive.
+
+    Its state (``device``, ``chips``, ``cache``, ``events``, ``cells``, ``seen``: figures) stays
+    in Python; the front end receives the rows computed from it (``header``, ``gauges``,
+    ``counters``, ``feed``; :mod:`._dashboard_rows`), which :class:`DashboardView` draws too.
     """
 
     _esm = widget_file("dashboard.js")
     _css = widget_file("dashboard.css")
 
-    device = traitlets.Dict().tag(sync=True)
-    chips = traitlets.List().tag(sync=True)
-    cache = traitlets.Dict().tag(sync=True)
-    events = traitlets.List().tag(sync=True)
-    cells = traitlets.List().tag(sync=True)
-    seen = traitlets.Int(0).tag(sync=True)
+    device = traitlets.Dict()
+    chips = traitlets.List()
+    cache = traitlets.Dict()
+    events = traitlets.List()
+    cells = traitlets.List()
+    seen = traitlets.Int(0)
+    header = traitlets.Dict().tag(sync=True)
+    gauges = traitlets.Dict().tag(sync=True)
+    counters = traitlets.Dict().tag(sync=True)
+    feed = traitlets.Dict().tag(sync=True)
+    palette = traitlets.Dict(PALETTE).tag(sync=True)
     modes = traitlets.List(MODES).tag(sync=True)
     #: The eager mode (a torch.tpu.EagerMode name); set from the front end, it switches the mode.
     eager_mode = traitlets.Unicode("").tag(sync=True)
@@ -218,10 +227,9 @@ class Dashboard(anywidget.AnyWidget):
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._last_flush = 0.0
-        #: Updates sent and the largest batch of events one update carried.
-        self.batches = 0
-        self.max_batch = 0
-        self._unsubscribe = BUS.subscribe(self._on_bus)
+        self._latest = Snapshot()  # the newest snapshot: what the next update draws
+        self._mode = backend().status().eager_mode
+        self._unsubscribe = log.subscribe(self._on_snapshot)
         self._feed.add_history(log.events())
         self._follow_cells()
         self.observe(self._on_toggle, names="eager_mode")
@@ -231,15 +239,16 @@ class Dashboard(anywidget.AnyWidget):
 
     # -- collecting ---------------------------------------------------------------------------
 
-    def _on_bus(self, kind: str, data: dict) -> None:
-        if kind == "recorded" and data["log"] is self._log:
-            if self._feed.add(data["event"]):
-                self._wake.set()
-        elif kind == "mode_change":
-            self._wake.set()
-        elif kind == "cell_finished":
-            self._log.pull()  # compilations Dynamo finished during the cell
+    def _on_snapshot(self, snapshot: Snapshot) -> None:
+        self._latest = snapshot
+        event = snapshot.event
+        if event is not None and event.kind == "mode_change":
+            # the mode of the context that changed it (a block is a context variable there)
+            self._mode = event.details["new"]
+        if event is None:  # the end of a cell
             self.flush()
+        elif self._feed.add(snapshot.event):
+            self._wake.set()
 
     @staticmethod
     def _follow_cells() -> None:
@@ -253,7 +262,8 @@ class Dashboard(anywidget.AnyWidget):
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.poll)
+            if not self._wake.wait(self.poll):  # nothing published: what changed without events
+                self._latest = Snapshot()
             self._wake.clear()
             delay = self._last_flush + self.interval - time.monotonic()
             if self._stop.wait(max(delay, 0)):
@@ -262,8 +272,8 @@ class Dashboard(anywidget.AnyWidget):
 
     # -- sending ------------------------------------------------------------------------------
 
-    def state(self) -> dict:
-        """The current state as the front end receives it (every synced trait but the code)."""
+    def state(self) -> DashboardState:
+        """The current state, what the rows are computed from."""
         return {
             "device": self.device,
             "chips": self.chips,
@@ -280,11 +290,12 @@ class Dashboard(anywidget.AnyWidget):
     def flush(self) -> bool:
         """Send what changed since the last update now; True when something was sent."""
         with self._flush_lock:
-            events, cells, kinds, seen, batch = self._feed.snapshot()
+            latest = self._latest
+            events, cells, kinds, seen = self._feed.snapshot()
             states = {e.seq: self._states.get(e.seq) or event_state(e) for e in events}
             self._states = states
-            device, chips = _device()
-            stats = backend().cache_stats()
+            device, chips = _device(latest.status)
+            stats = latest.cache
             cache: CacheState = {
                 "requests": stats["requests"],
                 "hits": stats["hits"],
@@ -292,27 +303,28 @@ class Dashboard(anywidget.AnyWidget):
                 "compiles": kinds.get("compile", 0),
                 "recompiles": kinds.get("recompile", 0),
             }
-            new = {
+            state = {
                 "device": device,
                 "chips": chips,
                 "cache": cache,
                 "events": list(states.values()),
                 "cells": cells,
                 "seen": seen,
-                "eager_mode": _eager_mode(),
+                "eager_mode": self._mode,
             }
-            changed = {name: v for name, v in new.items() if getattr(self, name) != v}
             self._last_flush = time.monotonic()
-            if not changed:
+            if all(getattr(self, name) == value for name, value in state.items()):
                 return False
-            self.batches += 1
-            self.max_batch = max(self.max_batch, batch)
+            drawn = {**rows(state), "eager_mode": state["eager_mode"]}
             self._sending.on = True
             try:
                 with self.hold_sync():
-                    for name, value in changed.items():
+                    for name, value in state.items():
                         setattr(self, name, value)
-                    self.updates = self.batches
+                    for name, value in drawn.items():
+                        if getattr(self, name) != value:
+                            setattr(self, name, value)
+                    self.updates += 1
             finally:
                 self._sending.on = False
             return True
@@ -325,17 +337,17 @@ class Dashboard(anywidget.AnyWidget):
             return
         wanted = change["new"]
         with self._flush_lock:
-            current = _eager_mode()
-            if wanted == current:
+            if wanted == self._mode:
                 return
             try:
-                session.set_mode(wanted)
+                _, self._mode = session.set_mode(wanted)
             except TpuLabError as exc:
                 self.error = str(exc)
             except RuntimeError as exc:
                 self.error = f"Could not switch the eager mode to {wanted}: {exc}"
             else:
                 self.error = ""
+            self._latest = Snapshot()  # the state after the switch, also where it is not logged
             self.flush()
 
     # -- rendering without a widget manager ---------------------------------------------------
@@ -372,7 +384,6 @@ class Dashboard(anywidget.AnyWidget):
             if self._worker is not threading.current_thread():
                 self._worker.join(timeout=5)
             if self._displays and not sys.is_finalizing():
-                self._log.pull()
                 self.flush()
                 static = self._static()
                 for handle in self._displays:

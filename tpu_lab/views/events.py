@@ -8,17 +8,8 @@ import textwrap
 from ..errors import TpuLabError
 from ..events import Event
 from .base import View, clip, esc, terminal_width
+from .palette import KIND_COLORS, TEXT
 
-_COLORS = {
-    "compile": "#2563eb",
-    "recompile": "#dc2626",
-    "cache_hit": "#16a34a",
-    "cache_miss": "#ea580c",
-    "sync": "#7c3aed",
-    "transfer": "#0891b2",
-    "oom": "#b91c1c",
-    "mode_change": "#4b5563",
-}
 _STYLE = (
     "font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px;"
     "border-collapse:collapse"
@@ -65,7 +56,7 @@ class EventLogView(View):
     def to_html(self) -> str:
         rows = []
         for e in self.events:
-            color = _COLORS.get(e.kind, "#111827")
+            color = KIND_COLORS.get(e.kind, TEXT)
             cell = e.cell if e.cell is not None else ""
             rows.append(
                 "<tr style='border-top:1px solid #e5e7eb'>"

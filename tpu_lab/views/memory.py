@@ -77,11 +77,7 @@ class MemoryView(View):
         from ..runtime import backend
 
         s = backend().status()
-        index = 0
-        if s.simulated:
-            from ..device import chip
-
-            index = chip().index
+        index = s.chip_index
         note = None
         if s.chips > s.devices_in_process:
             others = s.chips - s.devices_in_process

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 from ..events import Event
 from .base import View, clip, counted, esc, terminal_width
-from .events import _COLORS, hints_html, short_where
+from .events import hints_html, short_where
 from .memory import figure_png
+from .palette import KIND_COLORS, TEXT
 
 #: The events a timeline shows: every compilation of torch.compile and of the eager cache.
 TIMELINE_KINDS = ("compile", "recompile", "cache_miss")
@@ -97,7 +98,7 @@ class RecompileTimelineView(View):
     def to_html(self) -> str:
         rows = []
         for e in self.events:
-            color = _COLORS.get(e.kind, "#111827")
+            color = KIND_COLORS.get(e.kind, TEXT)
             rows.append(
                 "<tr style='border-top:1px solid #e5e7eb'>"
                 f"<td style='padding:2px 6px;color:#6b7280'>{esc(_cell(e.cell))}</td>"
@@ -146,7 +147,7 @@ class RecompileTimelineView(View):
                 ax.scatter(
                     [e.time - start for e in chosen],
                     [sites.index(short_where(e.where) or "?") for e in chosen],
-                    color=_COLORS[kind],
+                    color=KIND_COLORS[kind],
                     label=kind,
                     zorder=3,
                 )

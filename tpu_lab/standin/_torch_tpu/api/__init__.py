@@ -4,8 +4,6 @@ import functools
 
 import torch
 
-from tpu_lab.standin import is_standin as _is_standin  # noqa: F401 (marks the module's origin)
-
 __tpu_lab_standin__ = True
 __all__ = ["tpu_device"]
 

@@ -10,7 +10,7 @@ is restored at the end, as in 0.2.0).
 import sys
 import types
 
-from tpu_lab.device import modes
+from tpu_lab.device import current, modes
 
 __tpu_lab_standin__ = True
 EagerMode = modes.EagerMode
@@ -19,7 +19,7 @@ __all__ = ["EagerMode", "disable_inplace_buffer_donation", "set_eager_mode"]
 
 def get_eager_mode():
     """The current eager mode (TorchTPU releases before 0.2.0)."""
-    return modes.get_eager_mode()
+    return current().eager_mode
 
 
 class set_eager_mode:  # noqa: N801 - TorchTPU's name; a function in its API
@@ -27,14 +27,14 @@ class set_eager_mode:  # noqa: N801 - TorchTPU's name; a function in its API
 
     def __init__(self, mode) -> None:
         self.mode = modes.as_eager_mode(mode)
-        self.previous = modes.get_eager_mode()
-        modes.put_eager_mode(self.mode)
+        self.previous = current().eager_mode
+        current().put_eager_mode(self.mode)
 
     def __enter__(self):
         return self.mode
 
     def __exit__(self, *exc) -> bool:
-        modes.put_eager_mode(self.previous)
+        current().put_eager_mode(self.previous)
         return False
 
 _flags = {"enable_cpu_fallback": True, "inplace_buffer_donation": True}
@@ -43,11 +43,11 @@ _flags = {"enable_cpu_fallback": True, "inplace_buffer_donation": True}
 class _ExecutionModeModule(types.ModuleType):
     @property
     def eager_mode(self):
-        return modes.get_eager_mode()
+        return current().eager_mode
 
     @eager_mode.setter
     def eager_mode(self, value) -> None:
-        modes.put_eager_mode(value)
+        current().put_eager_mode(value)
 
     @property
     def enable_cpu_fallback(self) -> bool:

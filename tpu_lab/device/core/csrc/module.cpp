@@ -11,9 +11,10 @@ namespace py = pybind11;
 
 namespace tpu_lab {
 
-std::atomic<bool> recording{false};
-
 namespace {
+
+std::atomic<bool> recording{false};
+thread_local int8_t recording_here = -1;  // -1: this thread follows the process's setting
 
 // Leaked on purpose: Python objects must not be destroyed after the interpreter is gone.
 py::object* recorder = nullptr;
@@ -32,6 +33,10 @@ void set_callback(py::object*& slot, py::object fn) {
 }
 
 }  // namespace
+
+bool is_recording() {
+  return recording_here >= 0 ? recording_here != 0 : recording.load(std::memory_order_relaxed);
+}
 
 void record_op(const std::string& name, const std::vector<c10::IValue>& args) {
   py::gil_scoped_acquire gil;
@@ -79,10 +84,9 @@ std::string oom_message(int64_t nbytes, int64_t live, int64_t capacity) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace tpu_lab;
   m.doc() = "The compiled core of tpu_lab's bundled 'tpu' device (see core.h).";
-  m.def("set_recorder", [](py::object fn) {
-    set_callback(recorder, std::move(fn));
-    recording.store(recorder != nullptr);
-  });
+  m.def("set_recorder", [](py::object fn) { set_callback(recorder, std::move(fn)); });
+  m.def("set_recording", [](bool on) { recording.store(on); });
+  m.def("set_thread_recording", [](int on) { recording_here = static_cast<int8_t>(on); });
   m.def("set_notifier", [](py::object fn) { set_callback(notifier, std::move(fn)); });
   m.def("set_oom_wording", [](py::object fn) { set_callback(oom_wording, std::move(fn)); });
   m.def("stats", [] {
@@ -99,6 +103,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("adopt", &adopt, "A 'tpu' tensor that takes over a CPU tensor's memory (no copy).");
   m.def("register_cpu_kernels", &register_cpu_kernels);
   m.def("op_cache_configure", &op_cache_configure);
+  m.def("set_thread_precision", &set_thread_precision);
   m.def("op_cache_dot_ops", &op_cache_dot_ops);
   m.def("op_cache_clear", &op_cache_clear);
   m.def("op_cache_stats", [](bool with_entries) {

@@ -64,8 +64,10 @@ int register_cpu_kernels();
 
 // ---- module.cpp: calls into Python -----------------------------------------------------------
 
-// Set while the Python side wants to hear about ops (DEFER_AND_FUSE records them).
-extern std::atomic<bool> recording;
+// Whether this thread's ops are recorded for DEFER_AND_FUSE (else each is counted as a
+// single-op graph, opcache.h): the process's setting, or this thread's own while Python has set
+// one (torch.tpu.set_eager_mode blocks are context variables there).
+bool is_recording();
 void record_op(const std::string& name, const std::vector<c10::IValue>& args);
 // kind: "sync" (what: the reason) or "transfer" (what: "cpu->tpu" / "tpu->cpu").
 void notify(const char* kind, const char* what, int64_t nbytes);

@@ -344,9 +344,9 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_of(op);
   const size_t nargs = op.schema().arguments().size();
   const size_t first = stack->size() - nargs;
-  if (recording.load(std::memory_order_relaxed)) {
+  if (is_recording()) {
     record_op(plan.name, std::vector<c10::IValue>(stack->begin() + first, stack->end()));
-  } else if (counting.load(std::memory_order_relaxed)) {
+  } else {
     count_op(plan.name.c_str(), plan.dot, c10::ArrayRef<c10::IValue>(stack->data() + first, nargs));
   }
   c10::SmallVector<c10::IValue, 2> written;  // the "tpu" arguments the op writes to
@@ -369,7 +369,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void record(const char* name, std::vector<c10::IValue> args) {
-  if (recording.load(std::memory_order_relaxed)) {
+  if (is_recording()) {
     record_op(name, args);
   }
 }
@@ -377,9 +377,9 @@ void record(const char* name, std::vector<c10::IValue> args) {
 // An op that computes (not a view, an allocation or a transfer): recorded for DEFER_AND_FUSE,
 // else counted as a single-op graph. `dot`: it runs on the MXU.
 void compute(const char* name, bool dot, std::vector<c10::IValue> args) {
-  if (recording.load(std::memory_order_relaxed)) {
+  if (is_recording()) {
     record_op(name, args);
-  } else if (counting.load(std::memory_order_relaxed)) {
+  } else {
     count_op(name, dot, args);
   }
 }

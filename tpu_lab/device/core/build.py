@@ -1,18 +1,10 @@
-"""Which core runs the bundled device, and building the compiled one.
+"""Building the compiled core, and knowing whether it is built.
 
-The **compiled core** (``csrc/``, C++) is a real PyTorch backend organised like PyTorch's
-reference out-of-tree backend OpenReg: an allocator whose host memory stands in for HBM, the
-PrivateUse1 hooks (pinned memory, generators, storage resize), a device guard, PyTorch's own
-view kernels and one boxed fallback that runs each op's CPU kernel on the same memory. It is
-compiled once per torch version into ``_build/`` beside this file: by ``pip install`` where the
-build can import torch (``hatch_build.py``: ``--no-build-isolation``, as ``make run`` and
-``make test`` install), else by ``tpu-lab build-core``.
-
-Where it is not built (no C++ compiler, or its sources changed since), the **Python core**
-(``kernels.py`` and friends) stands in: same behaviour where a user looks, about 20 µs more
-per op, and the patches of torch classes listed in :mod:`.patches`. ``TPU_LAB_CORE`` chooses:
-``auto`` (default: compiled when built), ``compiled`` (an error when it is not built) or
-``python``. ``tpu-lab doctor`` says which core runs and why.
+The core is compiled once per torch version into ``_build/`` beside this file: by ``pip
+install`` where the build can import torch (``hatch_build.py``: ``--no-build-isolation``, as
+``make run`` and ``make test`` install), else by ``tpu-lab build-core``, else by the first
+``import tpu_lab`` (:func:`tpu_lab.device.core.load`). This module imports only torch and the
+standard library, so that the build hook can load it by path without starting the device.
 """
 
 from __future__ import annotations
@@ -25,23 +17,13 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-CORE_ENV = "TPU_LAB_CORE"
 _NAME = "tpu_lab_core"
 _SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "opcache.cpp", "module.cpp")
 _HERE = Path(__file__).resolve().parent
-
-
-@dataclass(frozen=True)
-class CoreChoice:
-    """The core this process runs, and why (for ``tpu-lab doctor``)."""
-
-    name: str  # "compiled" or "python"
-    reason: str
 
 
 def _fingerprint() -> str:
@@ -128,8 +110,9 @@ def build(verbose: bool = False, how: str = "tpu-lab build-core") -> float | Non
     )
     if done.returncode != 0:
         raise RuntimeError(
-            "Building tpu_lab's compiled device core failed (the pure-Python core still "
-            "works). A C++ compiler (g++) and ninja are needed; the compiler said:\n"
+            "Building tpu_lab's compiled device core failed. A C++ compiler and ninja are needed "
+            "(Debian/Ubuntu: apt-get install g++; macOS: xcode-select --install; ninja comes "
+            "with tpu-lab); the compiler said:\n"
             + (done.stderr or "")[-4000:]
         )
     seconds = time.perf_counter() - start
@@ -148,18 +131,3 @@ def load():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def choose() -> CoreChoice:
-    """The core this process will run, from ``TPU_LAB_CORE`` and what is built."""
-    wanted = os.environ.get(CORE_ENV, "auto").strip().lower() or "auto"
-    if wanted not in ("auto", "compiled", "python"):
-        raise ValueError(f"{CORE_ENV}={wanted!r}: use 'auto' (default), 'compiled' or 'python'.")
-    if wanted == "python":
-        return CoreChoice("python", f"{CORE_ENV}=python")
-    built, why = status()
-    if built:
-        return CoreChoice("compiled", why)
-    if wanted == "compiled":
-        raise RuntimeError(f"{CORE_ENV}=compiled, but the compiled core is {why}.")
-    return CoreChoice("python", f"the compiled core is {why}")

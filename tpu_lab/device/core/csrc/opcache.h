@@ -2,7 +2,7 @@
 // DEFER_NEVER_AND_LAUNCH_BLOCKING): TorchTPU compiles every eager op as a graph of its own and
 // caches the executable under the op, its tensors' shapes and dtypes and its other arguments'
 // values. No executable exists here: an entry is a 64-bit hash of that key, its reads and its
-// last read. Python adds these counts to torch.tpu._get_cache_stats() (tpu_lab/device/fuse.py).
+// last read. Python adds these counts to torch.tpu._get_cache_stats() (tpu_lab/device/compile_cache.py).
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -14,9 +14,6 @@
 #include <vector>
 
 namespace tpu_lab {
-
-// Whether ops are counted (Python turns it off while DEFER_AND_FUSE records them instead).
-extern std::atomic<bool> counting;
 
 // Count one op. `name` identifies it (its address is part of the key, so it must outlive the
 // process: a plan's name or a literal); `dot`: an MXU op, whose precision is part of the key.
@@ -35,7 +32,11 @@ struct OpCacheStats {
 // `with_entries`: also each entry's reads and last read (else only the two counts).
 OpCacheStats op_cache_stats(bool with_entries);
 void op_cache_clear();
-void op_cache_configure(bool count, bool cache_only, int64_t precision, bool excess_precision);
+// The process's settings that are part of every key: cache-only mode, the MXU precision of
+// float32 matmuls (torch.set_float32_matmul_precision's) and allow_excess_precision.
+void op_cache_configure(bool cache_only, int64_t precision, bool excess_precision);
+// This thread's precision while a torch.tpu.precision block runs in it (-1: the process's).
+void set_thread_precision(int64_t precision);
 void op_cache_dot_ops(const std::vector<std::string>& names);
 
 }  // namespace tpu_lab

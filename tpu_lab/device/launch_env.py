@@ -1,8 +1,9 @@
 """TorchTPU's launch environment on the bundled device: the topology for N ranks
 (:func:`topology_for`), ``torch.tpu.distributed.set_tpu_launch_env``, which the bundled
-``torch.tpu`` and the ``torch_tpu`` stand-in offer and :mod:`.torchrun` and the SPMD cluster
-call in the parent of the ranks, and the environment each host of a simulated pod slice starts
-with (:func:`host_environment`). Nothing here asks which backend runs: it is the bundled
+``torch.tpu`` and the ``torch_tpu`` stand-in offer and :mod:`tpu_lab.launch.torchrun` and the
+SPMD cluster call in the parent of the ranks (``torch.tpu``'s defaults ``nproc_per_node`` to the
+simulated topology's devices per host), and the environment each host of a simulated pod slice
+starts with (:func:`host_environment`). Nothing here asks which backend runs: it is the bundled
 device's.
 
 ``set_tpu_launch_env`` follows torch-tpu 0.2.0's ``_internal/distributed/distributed.py``: it
@@ -39,8 +40,8 @@ LOOPBACK = "127.0.0.1"
 def topology_for(world_size: int, generation: str | None = None, hosts: int = 1) -> str:
     """A topology name with ``world_size`` devices on ``hosts`` hosts: ``generation``'s, else
     the first of v6e, v5p, v4, v5e and v7 that has one."""
-    from ..device.slices import multi_host
-    from ..device.topology import GENERATIONS, Topology
+    from .slices import multi_host
+    from .topology import GENERATIONS, Topology
 
     order = [generation] if generation else [DEFAULT_GENERATION, "v5p", "v4", "v5e", "v7"]
     for name in order:
@@ -82,7 +83,7 @@ def worker_environment(topology: str, host: int) -> dict[str, str]:
     id, the list of workers, the slice's accelerator type and libtpu's bounds (hosts, chips
     per host; one process per chip), and the simulated topology (``TPU_LAB_TOPOLOGY``). On
     this machine the rendezvous runs on 127.0.0.1 (``MASTER_ADDR``)."""
-    from ..device.topology import parse_topology
+    from .topology import parse_topology
 
     topo = parse_topology(topology)
     s = topo.slice
@@ -106,7 +107,7 @@ def host_environment(topology: str, host: int) -> dict[str, str]:
     (:func:`worker_environment`), the slice's mesh given from outside as
     ``TORCH_TPU_TOPOLOGY`` (so that ``NODE_RANK`` comes from the host's place in the slice),
     then what ``set_tpu_launch_env(nnodes=hosts, nproc_per_node=devices per host)`` adds."""
-    from ..device.topology import parse_topology
+    from .topology import parse_topology
 
     s = parse_topology(topology).slice
     env = worker_environment(topology, host)
@@ -116,7 +117,7 @@ def host_environment(topology: str, host: int) -> dict[str, str]:
     return env
 
 
-def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None = None) -> None:
+def set_tpu_launch_env(*, nproc_per_node: int, nnodes: int | None = None) -> None:
     """TorchTPU's ``torch.tpu.distributed.set_tpu_launch_env`` on the bundled device: in the
     parent, before a launcher spawns the ranks, set what TorchTPU sets (see the module
     docstring) and choose the simulated topology (``TPU_LAB_TOPOLOGY``). As there, a variable
@@ -128,10 +129,10 @@ def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None 
 
 
 def launch_variables(
-    env: Mapping[str, str], *, nnodes: int | None = None, nproc_per_node: int | None = None
+    env: Mapping[str, str], *, nproc_per_node: int, nnodes: int | None = None
 ) -> dict[str, str]:
     """The variables :func:`set_tpu_launch_env` would set in an environment ``env``."""
-    from ..device.topology import parse_topology
+    from .topology import parse_topology
 
     out: dict[str, str] = {}
 
@@ -151,10 +152,6 @@ def launch_variables(
         )
     index = env.get("JOB_COMPLETION_INDEX")
     if not ((nnodes or 1) > 1 or len(names) > 1 or index is not None):
-        if nproc_per_node is None:
-            from ..runtime import backend
-
-            nproc_per_node = backend().status().chips
         name = put("TPU_LAB_TOPOLOGY", lambda: topology_for(nproc_per_node))
         put("TORCH_TPU_TOPOLOGY", lambda: _bounds(parse_topology(name).shape))
         return out
@@ -164,7 +161,7 @@ def launch_variables(
             "comma-separated list of worker hostnames or IP addresses, got it as unset"
         )
     hosts = nnodes or len(names)
-    per_host = int(env.get("TORCH_TPU_DEVICES_PER_HOST") or nproc_per_node or 8)
+    per_host = int(env.get("TORCH_TPU_DEVICES_PER_HOST") or nproc_per_node)
     name = put("TPU_LAB_TOPOLOGY", lambda: topology_for(hosts * per_host, hosts=hosts))
     topo = parse_topology(name)
     slice_mesh = env.get("TORCH_TPU_TOPOLOGY")  # only one given from outside spans the slice

@@ -16,7 +16,7 @@ void check_index(c10::DeviceIndex index) {
   TORCH_CHECK(index <= 0, "tpu:", static_cast<int>(index),
               " does not exist: this process drives one chip, tpu:0 (as with TorchTPU, each "
               "process drives one chip of the topology). Use device='tpu'; for several chips "
-              "run one process per chip: %tpu cluster start v6e-4 (tpu_lab.sharding.cluster).");
+              "run one process per chip: %tpu cluster start v6e-4 (tpu_lab.launch.cluster).");
 }
 
 // A CPU generator that says it belongs to "tpu": the bundled device draws on the CPU, so the

@@ -14,8 +14,6 @@
 
 namespace tpu_lab {
 
-std::atomic<bool> counting{true};
-
 namespace {
 
 struct Entry {
@@ -29,6 +27,7 @@ int64_t requests = 0;
 int64_t hits = 0;
 bool cache_only = false;
 std::atomic<int64_t> precision{0};
+thread_local int64_t precision_here = -1;
 std::atomic<bool> excess_precision{false};
 std::unordered_set<std::string> dot_ops;
 
@@ -109,7 +108,9 @@ void count_op(const char* name, bool dot, c10::ArrayRef<c10::IValue> args) {
   uint64_t h = reinterpret_cast<uintptr_t>(name);
   mix(h, excess_precision.load(std::memory_order_relaxed) ? 1 : 0);
   if (dot) {
-    mix(h, static_cast<uint64_t>(precision.load(std::memory_order_relaxed)) + 1);
+    const int64_t p =
+        precision_here >= 0 ? precision_here : precision.load(std::memory_order_relaxed);
+    mix(h, static_cast<uint64_t>(p) + 1);
   }
   for (const c10::IValue& value : args) {
     hash_value(h, value);
@@ -152,15 +153,16 @@ void op_cache_clear() {
   requests = hits = 0;
 }
 
-void op_cache_configure(bool count, bool only, int64_t mxu_precision, bool excess) {
+void op_cache_configure(bool only, int64_t mxu_precision, bool excess) {
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache_only = only;
   }
   precision.store(mxu_precision);
   excess_precision.store(excess);
-  counting.store(count);
 }
+
+void set_thread_precision(int64_t mxu_precision) { precision_here = mxu_precision; }
 
 void op_cache_dot_ops(const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> lock(cache_mutex);
