@@ -6,8 +6,8 @@ backend name ``"tpu_dist"`` (gloo on the bundled device, TorchTPU's own on a TPU
 its own chip, ``tpu:0``. The engines are forked from one process that imported torch once
 (:mod:`.forkserver`). A pod slice (``start("v6e-16")``: 4 hosts of 4 chips) is simulated on
 this machine: each host's engines start with the environment a worker of that slice has
-(:func:`.launch_env.host_environment`), ranks numbered host by host; a host whose ranks all
-die is reported as lost, and the other hosts are stopped.
+(:func:`~tpu_lab.device.launch_env.host_environment`), ranks numbered host by host; a host
+whose ranks all die is reported as lost, and the other hosts are stopped.
 
 ``run_cell(source)`` runs a cell on every rank and returns an :class:`SpmdResult`: rank 0's
 output and result, the sharding of the DTensors the cell bound, and the events of every rank.

@@ -39,7 +39,7 @@ def prepare_launch(
     """In the parent of ``nproc`` ranks (torchrun, the SPMD cluster) on host ``node_rank`` of
     ``nnodes``: the launch environment every rank inherits. Bundled device: one host,
     :func:`set_tpu_launch_env`; several, the environment of that host of the simulated slice
-    (:func:`.launch_env.host_environment`). TPU VM: TorchTPU's own
+    (:func:`~tpu_lab.device.launch_env.host_environment`). TPU VM: TorchTPU's own
     ``torch.tpu.distributed.set_tpu_launch_env`` (verified against torch-tpu 0.2.0's source,
     not run on hardware here). Returns the topology's description."""
     from ..runtime import backend
