@@ -212,8 +212,10 @@ def test_use_a_topology(shell):
     )
     assert usage_error(shell, "use --generation v6e --chips 3") == (
         "TPU v6e has no 3-device topology on one host; choose one of 1, 4, 8 (for example "
-        "'v6e-8')."
+        "'v6e-8'), or a pod slice: v6e-8/2, v6e-16, v6e-32, v6e-64, v6e-128, v6e-256."
     )
+    out, _, _, _ = run(shell, "%tpu use v6e-16")  # a pod slice: this process is one of its chips
+    assert out == "Simulating v6e-16 (16 x TPU v6e, topology 4,4,1, 4 hosts of 4).\n"
 
 
 def test_use_is_refused_on_a_real_tpu(shell, monkeypatch):
@@ -437,6 +439,7 @@ def fakes(monkeypatch):
 
     cluster.start, cluster.stop, cluster.current = start, stop, current
     cluster.restart = record("restart")
+    cluster.connect = record("connect")
     media = types.ModuleType("tpu_lab.media")
     media.preview = record("preview")
     dashboard = types.ModuleType("tpu_lab.views.dashboard")
@@ -507,8 +510,15 @@ def test_cluster_and_spmd(shell, fakes):
     tpu_lab.use_topology("v5e-4")
     run(shell, "%tpu cluster start")  # the current topology
     assert usage_error(shell, "cluster stop v6e-4").startswith(
-        "%tpu cluster: only start takes a topology, not stop\n"
+        "%tpu cluster: only start and connect take a topology, not stop\n"
     )
+    assert usage_error(shell, "cluster start v6e-4 --profile pod").startswith(
+        "%tpu cluster: --profile, --cluster-id and --url-file are for connect\n"
+    )
+    run(shell, "%tpu cluster connect --profile pod --cluster-id c1")
+    assert fakes[-1] == ("connect", (), {"profile": "pod", "cluster_id": "c1", "url_file": None,
+                                         "topology": None})  # fmt: skip
+    del fakes[-1]
     assert [c[:2] for c in fakes] == [
         ("start", ("v6e-4",)),
         ("run_cell", ("x = torch.ones(2)\nx.sum()\n",)),

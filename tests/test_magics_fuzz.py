@@ -103,7 +103,11 @@ def shell(monkeypatch, tmp_path, use_lowering):
             raise SpmdError("No cluster has been started: %tpu cluster start v6e-4.")
         return fake_cluster.state
 
-    fake_cluster.start, fake_cluster.current = start, current
+    def connect(profile=None, cluster_id=None, url_file=None, topology=None):
+        fake_cluster.state = _Shown(f"connected {profile or cluster_id or url_file}")
+        return fake_cluster.state
+
+    fake_cluster.start, fake_cluster.current, fake_cluster.connect = start, current, connect
     fake_cluster.stop = lambda: None  # the stopped cluster stays the current one
     fake_cluster.restart = current
     monkeypatch.setitem(__import__("sys").modules, "tpu_lab.launch.cluster", fake_cluster)

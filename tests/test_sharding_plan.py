@@ -201,3 +201,21 @@ def test_torch_parallel_style_objects_plan_like_their_names():
     styled = plan(model, chips=2, tp_plan={"up": ColwiseParallel(), "down": RowwiseParallel()})
     assert [e.info for e in styled.layout.entries] == [e.info for e in named.entries]
     assert styled.layout["up.weight"].style == "ColwiseParallel"
+
+
+def test_a_pod_slice_plan_says_what_each_host_holds_and_that_tp_crosses_hosts():
+    from tpu_lab.views import view
+
+    config = LlamaConfig(**{**TINY_LLAMA, "num_key_value_heads": 16, "num_attention_heads": 16,
+                            "hidden_size": 256, "intermediate_size": 512})  # fmt: skip
+    pod = plan(config, generation="v6e-16")
+    assert (pod.chips, pod.hosts, pod.chips_per_host, pod.topology) == (16, 4, 4, "v6e-16")
+    assert pod.bytes_per_host == tuple(
+        sum(pod.bytes_per_chip[4 * h:4 * h + 4]) for h in range(4))  # fmt: skip
+    assert plan(config, chips=16).hosts == 4  # 16 v6e chips exist only as a pod slice
+    assert plan(config, chips=8).hosts == 1  # 8 exist on one host
+    assert "replicate across hosts (tpu_lab.sharding.hybrid)" in pod.notes[0]
+    text = view(pod).to_text(width=100)
+    assert "4 hosts of 4 chips: each host holds " in text
+    assert " host 3 (chips 12-15): " in text
+    assert text.index(" host 1 (chips 4-7)") < text.index("  chip 4 ")

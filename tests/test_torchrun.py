@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from tpu_lab.device.launch_env import set_tpu_launch_env, topology_for
-from tpu_lab.errors import NotSimulatedError
 from tpu_lab.launch.torchrun import LAUNCH_ENV, _result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +124,8 @@ def test_topology_has_one_chip_per_process():
 
 
 def test_set_tpu_launch_env_chooses_the_topology_and_never_overwrites(monkeypatch):
+    # set_tpu_launch_env writes os.environ itself: the test works on a copy of it
+    monkeypatch.setattr(os, "environ", dict(os.environ))
     for name in ("TPU_LAB_TOPOLOGY", "TORCH_TPU_TOPOLOGY", "TORCH_TPU_XPROF_SESSION_ID"):
         monkeypatch.delenv(name, raising=False)
     set_tpu_launch_env(nproc_per_node=8)
@@ -134,8 +135,9 @@ def test_set_tpu_launch_env_chooses_the_topology_and_never_overwrites(monkeypatc
     set_tpu_launch_env(nproc_per_node=4)
     assert os.environ["TPU_LAB_TOPOLOGY"] == "v6e-8"
     assert os.environ["TORCH_TPU_XPROF_SESSION_ID"] == session
-    with pytest.raises(NotSimulatedError, match="simulates one host"):
-        set_tpu_launch_env(nnodes=2)
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES", raising=False)
+    with pytest.raises(ValueError, match="expected environment variable TPU_WORKER_HOSTNAMES"):
+        set_tpu_launch_env(nnodes=2, nproc_per_node=4)
 
 
 def test_torchtpu_distributed_tutorial_runs_unchanged(tmp_path):
@@ -239,6 +241,7 @@ def test_on_a_tpu_vm_the_launch_environment_is_torchtpus(monkeypatch):
         calls.append(nproc_per_node)
         os.environ.setdefault("TORCH_TPU_TOPOLOGY", "2,2,1")
 
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the fake writes os.environ
     monkeypatch.delenv("TORCH_TPU_TOPOLOGY", raising=False)
     monkeypatch.setattr(runtime, "backend", lambda: types.SimpleNamespace(simulated=False))
     monkeypatch.setitem(vars(torch.tpu.distributed), "set_tpu_launch_env", fake)
@@ -274,3 +277,63 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+TWO_HOSTS = """
+import json, os, sys
+import psutil
+import torch, torch.distributed as dist
+import torch_tpu
+dist.init_process_group("tpu_dist")
+x = torch.full((2,), float(dist.get_rank()), device="tpu")
+dist.all_reduce(x)
+keys = ("GROUP_RANK", "LOCAL_RANK", "TPU_WORKER_ID", "NODE_RANK", "TPU_VISIBLE_CHIPS",
+        "TPU_LAB_TOPOLOGY", "TORCH_TPU_TOPOLOGY", "NNODES")
+seen = [None] * dist.get_world_size()
+dist.all_gather_object(seen, [os.environ.get(k) for k in keys])
+me, agent = psutil.Process(), psutil.Process(os.getppid())
+listening = sorted({c.laddr.ip for p in (me, agent) for c in p.net_connections(kind="inet")
+                    if c.status == psutil.CONN_LISTEN})
+if dist.get_rank() == 0:
+    with open(sys.argv[1], "w") as f:
+        json.dump({"sum": x.tolist(), "backend": dist.get_backend(), "seen": seen,
+                   "listening": listening, "chip": torch.tpu.get_device_name()}, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_two_hosts_of_torchrun_on_loopback_form_one_tpu_dist_group(tmp_path):
+    import socket
+
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(TWO_HOSTS))
+    with socket.socket() as s:  # a free port for the first host's rendezvous store
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "TORCH_TPU_"))}
+    env.update({LAUNCH_ENV: marker, "PYTHONPATH": str(ROOT)})  # two fresh hosts
+    hosts = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tpu_lab.torchrun", "--nnodes", "2", "--nproc-per-node", "4",
+             "--node-rank", str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}", str(path),
+             str(tmp_path / "out.json")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+            start_new_session=True,  # each host its own process group, as on two machines
+        )  # fmt: skip
+        for rank in (0, 1)
+    ]
+    outputs = [host.communicate(timeout=300) for host in hosts]
+    for host, (_, err) in zip(hosts, outputs, strict=True):
+        assert host.returncode == 0, err[-3000:]
+    assert "torchrun: 4 ranks on v6e-8/2 finished." in outputs[0][0]
+    got = json.loads((tmp_path / "out.json").read_text())
+    assert got["sum"] == [28.0, 28.0] and got["backend"] == "tpu_dist"
+    assert got["chip"] == "TPU v6e (simulated)"
+    for rank, (group, local, worker, node, chip, name, mesh, nnodes) in enumerate(got["seen"]):
+        assert (group, worker, node) == (str(rank // 4),) * 3
+        assert (local, chip) == (str(rank % 4),) * 2
+        assert (name, mesh, nnodes) == ("v6e-8/2", "2,4,1", "2")  # the slice, from outside
+    assert got["listening"] == ["127.0.0.1"]  # the rendezvous store and gloo: loopback only
+    assert _left_running(marker) == []

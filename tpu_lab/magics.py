@@ -144,13 +144,21 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "cluster",
-            "one process per chip: start TOPOLOGY (default: the current one), stop, restart, "
-            "status",
+            "one process per chip: start TOPOLOGY (default: the current one; a pod slice such "
+            "as v6e-16 runs its hosts on this machine), connect to an ipyparallel cluster "
+            "started outside (engines on one host or several), stop, restart, status",
             (
                 Arg(("action",), {"nargs": "?", "default": "status",
-                                  "choices": ("start", "stop", "restart", "status")}),
+                                  "choices": ("start", "connect", "stop", "restart", "status")}),
                 Arg(("topology",), {"nargs": "?", "metavar": "TOPOLOGY",
-                                    "help": "for start, e.g. v6e-4"}, "topology"),
+                                    "help": "for start (or connect), e.g. v6e-4, v6e-16"},
+                    "topology"),
+                Arg(("--profile",), {"metavar": "NAME",
+                                     "help": "for connect: the cluster's ipython profile"}),
+                Arg(("--cluster-id",), {"metavar": "ID",
+                                        "help": "for connect: the cluster's id"}),
+                Arg(("--url-file",), {"metavar": "PATH",
+                                      "help": "for connect: its ipcontroller-client.json"}),
             ),  # fmt: skip
         ),
         Command(
@@ -571,10 +579,16 @@ class TpuMagics(Magics):
 
     def _cluster(self, args, cell):
         cluster = _module("tpu_lab.launch.cluster")
-        if args.topology is not None and args.action != "start":
-            raise _error("cluster", f"only start takes a topology, not {args.action}")
+        if args.topology is not None and args.action not in ("start", "connect"):
+            raise _error("cluster", f"only start and connect take a topology, not {args.action}")
+        where = {"profile": args.profile, "cluster_id": args.cluster_id,
+                 "url_file": args.url_file}  # fmt: skip
+        if args.action != "connect" and any(where.values()):
+            raise _error("cluster", "--profile, --cluster-id and --url-file are for connect")
         with _shown_as_usage_errors():
-            if args.action == "start":
+            if args.action == "connect":
+                result = cluster.connect(**where, topology=args.topology)
+            elif args.action == "start":
                 topology = args.topology
                 if topology is None:
                     from .runtime import backend

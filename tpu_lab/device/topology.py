@@ -1,7 +1,8 @@
 """TPU generations and the chip topologies the bundled device can simulate.
 
 The table mirrors TorchTPU's ``_internal/utils/hardware.py``: HBM per chip and the
-topology (mesh shape) for each supported chip count of one host.
+topology (mesh shape) for each supported chip count of one host. Topologies that span several
+hosts (pod slices) come from :mod:`.slices`.
 """
 
 from __future__ import annotations
@@ -68,18 +69,31 @@ GENERATIONS: dict[str, Generation] = {
 
 @dataclass(frozen=True)
 class Topology:
-    """A host's worth of TPU devices of one generation, e.g. ``v6e-4``."""
+    """TPU devices of one generation on one host (``v6e-4``) or several (``v6e-16``)."""
 
     generation: Generation
     devices: int
+    hosts: int = 1
 
     @property
     def name(self) -> str:
-        return f"{self.generation.name}-{self.devices}"
+        ambiguous = self.hosts > 1 and self.devices in self.generation.topologies
+        return f"{self.generation.name}-{self.devices}" + (f"/{self.hosts}" if ambiguous else "")
+
+    @property
+    def slice(self):
+        """The :class:`~.slices.Slice`: hosts, and which host and chip each rank drives."""
+        from . import slices
+
+        if self.hosts == 1:
+            return slices.one_host(
+                self.generation.name, self.devices, self.generation.topologies[self.devices]
+            )
+        return slices.multi_host(self.generation.name)[(self.devices, self.hosts)]
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.generation.topologies[self.devices]
+        return self.slice.shape
 
     @property
     def hbm_per_device(self) -> int:
@@ -87,20 +101,38 @@ class Topology:
 
     def __str__(self) -> str:
         dims = ",".join(map(str, self.shape))
-        return f"{self.name} ({self.devices} x {self.generation.display_name}, topology {dims})"
+        hosts = f", {self.hosts} hosts of {self.devices // self.hosts}" if self.hosts > 1 else ""
+        return (
+            f"{self.name} ({self.devices} x {self.generation.display_name}, topology {dims}"
+            f"{hosts})"
+        )
 
 
-_NAME = re.compile(r"^\s*(?:tpu[\s_-]*)?(v\d+[a-z]?)(?:[-:x ](\d+))?\s*$", re.IGNORECASE)
+_NAME = re.compile(
+    r"^\s*(?:tpu[\s_-]*)?(v\d+[a-z]?)(?:[-:x ](\d+)(?:/(\d+))?)?\s*$", re.IGNORECASE
+)
+
+
+def _pods(gen: Generation) -> dict:
+    from .slices import multi_host
+
+    return multi_host(gen.name)
+
+
+def _counts(gen: Generation) -> str:
+    pods = ", ".join(Topology(gen, d, h).name for d, h in _pods(gen))
+    return f"{','.join(map(str, gen.topologies))}" + (f"; pod slices {pods}" if pods else "")
 
 
 def _choices() -> str:
-    return "; ".join(
-        f"{g.name}-{{{','.join(map(str, g.topologies))}}}" for g in GENERATIONS.values()
-    )
+    return "; ".join(f"{g.name}-{{{_counts(g)}}}" for g in GENERATIONS.values())
 
 
-def make_topology(generation: str, devices: int | None = None) -> Topology:
-    """The topology for ``generation`` with ``devices`` devices (default: the smallest)."""
+def make_topology(
+    generation: str, devices: int | None = None, hosts: int | None = None
+) -> Topology:
+    """The topology for ``generation`` with ``devices`` devices (default: the smallest) on
+    ``hosts`` hosts (default: one host where it has that many devices, else its pod slice)."""
     gen = GENERATIONS.get(str(generation).strip().lower())
     if gen is None:
         raise TopologyError(
@@ -109,13 +141,22 @@ def make_topology(generation: str, devices: int | None = None) -> Topology:
         )
     if devices is None:
         devices = min(gen.topologies)
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices not in gen.topologies:
-        counts = ", ".join(map(str, gen.topologies))
+    pods = _pods(gen)
+    if hosts is None:
+        hosts = 1 if devices in gen.topologies else next(
+            (h for d, h in pods if d == devices), 1)  # fmt: skip
+    valid = isinstance(devices, int) and not isinstance(devices, bool)
+    if not valid or not (
+        (hosts == 1 and devices in gen.topologies) or (devices, hosts) in pods
+    ):
+        on = "one host" if hosts == 1 else f"{hosts} hosts"
+        pods = ", ".join(Topology(gen, d, h).name for d, h in pods)
         raise TopologyError(
-            f"TPU {gen.name} has no {devices!r}-device topology on one host; "
-            f"choose one of {counts} (for example '{gen.name}-{max(gen.topologies)}')."
+            f"TPU {gen.name} has no {devices!r}-device topology on {on}; choose one of "
+            f"{', '.join(map(str, gen.topologies))} (for example '{gen.name}-"
+            f"{max(gen.topologies)}')" + (f", or a pod slice: {pods}." if pods else ".")
         )
-    return Topology(gen, devices)
+    return Topology(gen, devices, hosts)
 
 
 def parse_topology(name: str) -> Topology:
@@ -126,8 +167,10 @@ def parse_topology(name: str) -> Topology:
             f"Cannot read the topology {name!r}: expected GENERATION-DEVICES such as "
             f"'v6e-4'. Available: {_choices()}."
         )
-    count = match.group(2)
-    return make_topology(match.group(1), int(count) if count else None)
+    count, hosts = match.group(2), match.group(3)
+    return make_topology(
+        match.group(1), int(count) if count else None, int(hosts) if hosts else None
+    )
 
 
 def topology_from_env() -> Topology:

@@ -218,11 +218,13 @@ class _DeviceFunctions:
 
     def set_tpu_launch_env(self, *, nnodes=None, nproc_per_node=None) -> None:
         """TorchTPU's launch environment on the bundled device (:mod:`.launch_env`); one rank
-        per device of the simulated topology unless ``nproc_per_node`` says otherwise."""
+        per device of a host of the simulated topology unless ``nproc_per_node`` says
+        otherwise."""
         from .launch_env import set_tpu_launch_env
 
         if nproc_per_node is None:
-            nproc_per_node = self._device.chip.topology.devices
+            topology = self._device.chip.topology
+            nproc_per_node = topology.devices // topology.hosts
         set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)
 
     @_internal("torch.accelerator.current_device_index")

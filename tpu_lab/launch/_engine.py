@@ -18,25 +18,119 @@ _snapshot: dict = {}
 _stack_file = None
 
 
-def setup(rank: int, world_size: int, store_path: str, timeout_s: float, stack_path: str) -> dict:
-    """Join the ``tpu_dist`` process group as ``rank``; bind this process to its one chip.
+def describe(controller_ip: str) -> dict:
+    """This engine before it joins: its pid and host, the address its host is reached at (the
+    one it reaches the controller from), the simulated topology it was given, and how many
+    devices it drives."""
+    import socket
 
-    On :data:`STACK_SIGNAL` the rank appends every thread's Python stack to ``stack_path``
-    (faulthandler writes it from the signal handler: a rank stuck in C code, even holding the
-    GIL, still says where it is)."""
+    import torch
+
+    from .. import runtime
+
+    if controller_ip.startswith("127."):
+        address = controller_ip
+    else:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((controller_ip, 9))  # no packet: picks the interface
+            address = probe.getsockname()[0]
+    simulated = runtime.backend().simulated
+    return {
+        "pid": os.getpid(),
+        "host": host_name(),
+        "worker": os.environ.get("TPU_WORKER_ID"),
+        "address": address,
+        "topology": os.environ.get("TPU_LAB_TOPOLOGY"),
+        "devices": 1 if simulated else torch.accelerator.device_count(),
+    }
+
+
+_store = None
+
+
+def open_store(address: str, world_size: int, timeout_s: float) -> int:
+    """Serve the process group's rendezvous store from this engine (rank 0), listening on
+    ``address`` only; returns its port."""
+    import socket
+
+    import torch.distributed as dist
+
+    global _store
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((address, 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    _store = (
+        dist.TCPStore(
+            address, port, world_size, is_master=True, timeout=timedelta(seconds=timeout_s),
+            wait_for_workers=False, master_listen_fd=sock.fileno(),
+        ),
+        sock,
+    )  # fmt: skip
+    return port
+
+
+def leave() -> None:
+    """Leave the process group (the engine stays, for its owner)."""
+    global _store
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if _store is not None:
+        _store[1].close()
+        _store = None
+
+
+def setup(
+    world_size: int,
+    store: str | tuple[str, int],
+    timeout_s: float,
+    folder: str,
+    rank: int | None = None,
+    address: str | None = None,
+    host: tuple[int, int, int] | None = None,
+) -> dict:
+    """Join the ``tpu_dist`` process group as ``rank`` (default: this process's ``RANK``, which
+    the cluster's launcher set); bind this process to its one chip. ``store`` is a FileStore's
+    path, or the (address, port) of rank 0's store; ``address`` is the one gloo listens on
+    (default 127.0.0.1); ``host`` is (host index, this rank's index on it, ranks per host).
+
+    On :data:`STACK_SIGNAL` the rank appends every thread's Python stack to
+    ``folder/stack-RANK.txt`` (faulthandler writes it from the signal handler: a rank stuck in
+    C code, even holding the GIL, still says where it is)."""
     global _stack_file
-    _stack_file = open(stack_path, "a")  # noqa: SIM115 (open for the life of the engine)
+    if rank is None:
+        rank = int(os.environ["RANK"])
+    else:
+        group, local, per_host = host or (0, rank, world_size)
+        os.environ.update(
+            RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world_size),
+            GROUP_RANK=str(group), LOCAL_WORLD_SIZE=str(per_host),
+        )  # fmt: skip
+    os.makedirs(folder, exist_ok=True)
+    _stack_file = open(stack_path(folder, rank), "a")  # noqa: SIM115 (for the engine's life)
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     import torch.distributed as dist
 
     from .. import runtime
+    from . import tpu_dist
     from .torchrun import bind
 
+    if address is not None:
+        tpu_dist.listen_on(address)
     backend = bind(world_size)  # as a torchrun rank: its chip, tpu_dist, tpu:0
+    if isinstance(store, str):
+        rendezvous = dist.FileStore(store, world_size)
+    elif _store is not None:
+        rendezvous = _store[0]
+    else:
+        rendezvous = dist.TCPStore(
+            store[0], store[1], world_size, is_master=False, timeout=timedelta(seconds=timeout_s)
+        )
     dist.init_process_group(
         backend,
-        store=dist.FileStore(store_path, world_size),
+        store=rendezvous,
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=timeout_s),
@@ -45,9 +139,27 @@ def setup(rank: int, world_size: int, store_path: str, timeout_s: float, stack_p
     return {
         "rank": rank,
         "pid": os.getpid(),
+        "host": host_name(),
         "backend": status.backend,
         "device": status.device_name,
     }
+
+
+def host_name() -> str:
+    """This process's host: its name in ``TPU_WORKER_HOSTNAMES`` (a pod worker, simulated or
+    not), else the machine's name."""
+    import socket
+
+    names = os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",")
+    worker = os.environ.get("TPU_WORKER_ID", "")
+    if worker.isdigit() and int(worker) < len(names) and names[int(worker)]:
+        return names[int(worker)]
+    return socket.gethostname()
+
+
+def stack_path(folder: str, rank: int) -> str:
+    """Where rank ``rank`` writes its stacks."""
+    return os.path.join(folder, f"stack-{rank}.txt")
 
 
 def _user_ns() -> dict:
@@ -76,8 +188,11 @@ def after_cell() -> dict:
         summary = _describe(value)
         if summary is not None:
             sharded[name] = summary
+    from .. import runtime
+
     events = [(e.kind, e.summary) for e in log.since(seq)]
-    return {"sharding": sharded, "events": events}
+    hbm = runtime.backend().memory()
+    return {"sharding": sharded, "events": events, "hbm": (hbm.live, hbm.peak, hbm.capacity)}
 
 
 def _describe(value) -> dict | None:

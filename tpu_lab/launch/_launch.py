@@ -1,8 +1,9 @@
-"""Runs an ipyparallel controller or engine for tpu_lab's cluster; exits when tpu_lab's process
-is gone (a killed notebook kernel leaves no orphan).
+"""Runs an ipyparallel controller or engine for tpu_lab's cluster; exits when the process that
+started it is gone (a killed notebook kernel leaves no orphan).
 
 Run by path, not as ``-m tpu_lab...``, so that the controller does not import torch:
-``python _launch.py ipyparallel.controller ARGS...``.
+``python _launch.py ipyparallel.controller ARGS...``. The engines' fork server
+(:mod:`.forkserver`) calls :func:`guard` and :func:`run` in each engine it forks.
 """
 
 import contextlib
@@ -21,17 +22,14 @@ def _watch(parent: int) -> None:
     os._exit(1)
 
 
-def _guard(parent: int) -> None:
+def guard(parent: int) -> None:
     """Exit as soon as ``parent`` is no longer this process's parent."""
     threading.Thread(target=_watch, args=(parent,), daemon=True, name="tpu-lab-orphan").start()
 
 
-def main() -> None:
-    _guard(int(os.environ[PARENT_ENV]))
-    # the controller forks its schedulers: each child watches the controller the same way
-    os.register_at_fork(after_in_child=lambda: _guard(os.getppid()))
-    module = sys.argv[1]
-    sys.argv = [module, *sys.argv[2:]]
+def run(module: str, args: list[str]) -> None:
+    """Run ``module`` as ``python -m module args`` would, then exit this process."""
+    sys.argv = [module, *args]
     sys.path[0] = os.getcwd()  # as ``python -m`` would, not this file's folder
     code = 0
     try:
@@ -45,6 +43,13 @@ def main() -> None:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         os._exit(code)
+
+
+def main() -> None:
+    guard(int(os.environ[PARENT_ENV]))
+    # the controller forks its schedulers: each child watches the controller the same way
+    os.register_at_fork(after_in_child=lambda: guard(os.getppid()))
+    run(sys.argv[1], sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -3,11 +3,17 @@
 ``start("v6e-4")`` launches an ipyparallel controller and one engine per chip, all bound to
 127.0.0.1; each engine is one rank of a ``torch.distributed`` process group under TorchTPU's
 backend name ``"tpu_dist"`` (gloo on the bundled device, TorchTPU's own on a TPU VM) and drives
-its own chip, ``tpu:0``. ``run_cell(source)`` runs a cell on every rank and returns an
-:class:`SpmdResult`: rank 0's output and result, the sharding of the DTensors the cell bound,
-and the events of every rank. A rank that raises, dies or hangs is reported with
-:class:`~tpu_lab.errors.SpmdError`; ``restart()`` brings up a fresh cluster; ``stop()`` (and
-the interpreter's exit) leaves no process behind. :meth:`Cluster.state_now` is what the
+its own chip, ``tpu:0``. The engines are forked from one process that imported torch once
+(:mod:`.forkserver`). A pod slice (``start("v6e-16")``: 4 hosts of 4 chips) is simulated on
+this machine: each host's engines start with the environment a worker of that slice has
+(:func:`~tpu_lab.device.launch_env.host_environment`), ranks numbered host by host; a host
+whose ranks all die is reported as lost, and the other hosts are stopped.
+
+``run_cell(source)`` runs a cell on every rank and returns an :class:`SpmdResult`: rank 0's
+output and result, the sharding of the DTensors the cell bound, and the events of every rank.
+A rank that raises, dies or hangs is reported with :class:`~tpu_lab.errors.SpmdError`;
+``restart()`` brings up a fresh cluster; ``stop()`` (and the interpreter's exit) leaves no
+process behind. :meth:`Cluster.state_now` is what the
 cluster looks like (its picture: :class:`tpu_lab.views.cluster.ClusterView`).
 """
 
@@ -29,7 +35,7 @@ from pathlib import Path
 from ..errors import SpmdError
 from . import _engine
 from ._launch import PARENT_ENV
-from .spmd_result import RankFailure, SpmdResult, failure_message, gather
+from .spmd_result import RankFailure, SpmdResult, failure_message, gather, lost_hosts_message
 
 #: Environment variable marking every process of one cluster (used to find and stop them).
 CLUSTER_ENV = "TPU_LAB_CLUSTER"
@@ -37,6 +43,8 @@ CLUSTER_ENV = "TPU_LAB_CLUSTER"
 COLLECTIVE_TIMEOUT_S = 120.0
 #: Seconds the other ranks get to finish after one rank failed.
 GRACE_S = 5.0
+#: Seconds to wait, once a rank is found dead, for others dying with it (a lost host).
+SETTLE_S = 1.0
 #: Seconds a rank that did not finish gets to write where it is.
 STACK_S = 3.0
 #: Frames shown of a rank that did not finish (the most recent ones).
@@ -51,6 +59,7 @@ class Rank:
     rank: int
     engine_id: int
     pid: int
+    host: str = "localhost"
 
 
 @dataclass(frozen=True)
@@ -64,10 +73,14 @@ class ClusterState:
     ready_seconds: float | None
     backend: str | None
     ranks: tuple[tuple[int, int, str], ...]
+    hosts: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (host, its ranks), in rank order
 
 
 class Cluster:
     """An ipyparallel controller and one engine per chip of ``topology``, on 127.0.0.1."""
+
+    #: Whether the cluster started its engines (and so may signal and stop them).
+    owns_engines = True
 
     def __init__(self, topology: str = "v6e-4", *, collective_timeout_s=COLLECTIVE_TIMEOUT_S):
         from ..device.topology import parse_topology
@@ -81,6 +94,7 @@ class Cluster:
         self.backend: str | None = None
         self._ipp = None
         self._client = None
+        self._forks = None
         self._folder: str | None = None
         self._id: str | None = None
 
@@ -104,8 +118,9 @@ class Cluster:
         self.failures = ()
         self._folder = tempfile.mkdtemp(prefix="tpu-lab-cluster-")
         self._id = os.path.basename(self._folder)
-        launch = [sys.executable, str(Path(_engine.__file__).with_name("_launch.py"))]
+        from ..device.launch_env import host_environment
         from ..runtime import backend
+        from .forkserver import ForkServer
 
         if not backend().simulated:  # TorchTPU's per-process launch variables, as torchrun's
             from .torchrun import prepare_launch
@@ -116,40 +131,57 @@ class Cluster:
             CLUSTER_ENV: self._id,
             PARENT_ENV: str(os.getpid()),
         }
+        self._forks = ForkServer(env)  # imports torch while the controller starts
         self._ipp = cluster = ipp.Cluster(
-            n=self.world_size,
+            n=0,
             controller_ip="127.0.0.1",
-            controller_args=["--usethreads"],
+            controller_args=["--usethreads", "--HeartMonitor.period=500"],
             profile_dir=self._folder,
             load_profile=False,
             shutdown_atexit=False,
-            delay=0,
-            engine_timeout=int(timeout_s),
             log_level=40,
         )
+        launch = [sys.executable, str(Path(_engine.__file__).with_name("_launch.py"))]
         config = cluster.config
         config.LocalControllerLauncher.controller_cmd = [*launch, "ipyparallel.controller"]
         config.LocalControllerLauncher.environment = env
-        config.LocalEngineSetLauncher.engine_cmd = [*launch, "ipyparallel.engine"]
-        config.LocalEngineSetLauncher.engine_args = ["--IPEngine.enable_nanny=False"]
-        config.LocalEngineSetLauncher.environment = env
         try:
-            cluster.start_cluster_sync(n=self.world_size)
+            cluster.start_controller_sync()
+            pod = self.topology.slice
+            hosts = [host_environment(self.topology.name, h) for h in range(pod.hosts)]
+            logs = os.path.join(self._folder, "log")
+            os.makedirs(logs, exist_ok=True)
+            for rank in range(self.world_size):
+                host = pod.host_of(rank)
+                local = rank - pod.ranks_of(host)[0]
+                rank_env = {
+                    **hosts[host],
+                    "RANK": str(rank),
+                    "LOCAL_RANK": str(local),
+                    "GROUP_RANK": str(host),
+                    "WORLD_SIZE": str(self.world_size),
+                    "LOCAL_WORLD_SIZE": str(pod.devices_per_host),
+                    "TPU_VISIBLE_CHIPS": str(local),
+                    "IPP_CLUSTER_ID": cluster.cluster_id,
+                    "IPP_PROFILE_DIR": self._folder,
+                }
+                self._forks.fork(
+                    "ipyparallel.engine",
+                    ["--IPEngine.enable_nanny=False", "--HistoryManager.enabled=False"],
+                    rank_env,
+                    os.path.join(logs, f"engine-{rank}.log"),
+                )
             self._client = cluster.connect_client_sync()
             self._client.wait_for_engines(self.world_size, timeout=timeout_s, interactive=False)
             ids = sorted(self._client.ids)[: self.world_size]
             store = os.path.join(self._folder, "store")
             replies = [
                 self._client[eid].apply_async(
-                    _engine.setup,
-                    rank,
-                    self.world_size,
-                    store,
-                    self.collective_timeout_s,
-                    self._stack_path(rank),
+                    _engine.setup, self.world_size, store, self.collective_timeout_s,
+                    self._folder,
                 )
-                for rank, eid in enumerate(ids)
-            ]
+                for eid in ids
+            ]  # fmt: skip
             infos = [r.get(timeout=timeout_s) for r in replies]
         except BaseException as exc:
             self._teardown()
@@ -157,8 +189,12 @@ class Cluster:
                 raise
             raise SpmdError(f"The {self.topology.name} cluster did not start: {exc}") from exc
         self.ranks = tuple(
-            Rank(i["rank"], eid, i["pid"]) for i, eid in zip(infos, ids, strict=True)
-        )
+            sorted(
+                (Rank(i["rank"], eid, i["pid"], i["host"]) for i, eid in zip(infos, ids,
+                                                                            strict=True)),
+                key=lambda r: r.rank,
+            )
+        )  # fmt: skip
         self.backend = infos[0]["backend"]
         self.state = "ready"
         self.ready_seconds = time.perf_counter() - started
@@ -207,9 +243,11 @@ class Cluster:
             except psutil.Error:
                 continue
         psutil.wait_procs(alive, timeout=3)
+        if self._forks is not None:
+            self._forks.close()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
-        self._ipp = self._client = None
+        self._ipp = self._client = self._forks = None
         self.ranks = ()
         self.backend = None
         self.state = "stopped"
@@ -227,11 +265,19 @@ class Cluster:
                     else "Restart it with %tpu cluster restart (or cluster.restart())."
                 )
             )
+        self._raise_if_dead()
         client = self._client
         view = client[[r.engine_id for r in self.ranks]]
         self.failures = ()
         started = time.perf_counter()
-        view.apply_sync(_engine.before_cell)
+        try:
+            view.apply_sync(_engine.before_cell)
+        except Exception as exc:  # noqa: BLE001 (an engine died: ipyparallel's error, any type)
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:  # its process may take a moment to show it
+                self._raise_if_dead()
+                time.sleep(0.1)
+            raise SpmdError(f"The cell could not start on every rank: {exc}") from exc
         runs = [client[r.engine_id].execute(source, block=False, silent=False) for r in self.ranks]
         self._wait(runs, timeout_s)
         failures = [
@@ -254,6 +300,8 @@ class Cluster:
             result=result,
             sharding=gather(gathered),
             events=tuple(tuple(map(tuple, g["events"])) for g in gathered),
+            hosts=tuple(r.host for r in self.ranks),
+            hbm=tuple(tuple(g["hbm"]) for g in gathered),
         )
 
     def _wait(self, runs, timeout_s: float | None) -> None:
@@ -262,12 +310,7 @@ class Cluster:
         while not all(run.ready() for run in runs):
             pending = next(run for run in runs if not run.ready())
             pending.wait(0.05)
-            dead = [r for r in self.ranks if not _alive(r.pid)]
-            if dead:
-                self.state = "broken"
-                failures = [RankFailure(r.rank, r.pid, "died", _exit_text(r.pid)) for r in dead]
-                self.failures = tuple(failures)
-                raise SpmdError(failure_message(failures, self.world_size))
+            self._raise_if_dead()
             now = time.monotonic()
             if first_error is None and any(run.ready() and not run.successful() for run in runs):
                 first_error = now
@@ -291,12 +334,38 @@ class Cluster:
                 self.failures = tuple(failures)
                 raise SpmdError(failure_message(failures, self.world_size))
 
+    def _raise_if_dead(self) -> None:
+        """If ranks died: a :class:`SpmdError` naming them (the cluster is broken), or, when
+        every rank of a host died, naming the lost host, after stopping the other hosts."""
+        dead = [r for r in self.ranks if not self._rank_alive(r)]
+        if not dead:
+            return
+        # a lost host's ranks die together: let the others that are going show it
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = [r for r in self.ranks if not self._rank_alive(r)]
+            if len(now) == len(dead) and time.monotonic() > deadline - SETTLE_S / 2:
+                break
+            dead = now
+        self.state = "broken"
+        failures = [RankFailure(r.rank, r.pid, "died", self._exit_text(r)) for r in dead]
+        self.failures = tuple(failures)
+        lost = self._lost_hosts({r.rank for r in dead}) if self.owns_engines else {}
+        if lost:
+            others = len(self.hosts()) - len(lost)
+            self._teardown()  # the other hosts cannot go on without the lost ones
+            raise SpmdError(lost_hosts_message(lost, failures, others, self.topology.name))
+        raise SpmdError(failure_message(failures, self.world_size))
+
     def _stack_path(self, rank: int) -> str:
-        return os.path.join(self._folder, f"stack-{rank}.txt")
+        return _engine.stack_path(self._folder, rank)
 
     def _where(self, rank: Rank) -> str:
         """The Python stack of ``rank``'s main thread now, most recent call first ("" if the
         rank does not answer within :data:`STACK_S`)."""
+        if not self.owns_engines:  # its pid may be another machine's
+            return ""
         path = self._stack_path(rank.rank)
         start = os.path.getsize(path) if os.path.exists(path) else 0
         try:
@@ -316,14 +385,48 @@ class Cluster:
             time.sleep(0.05)
         return ""
 
+    def hosts(self) -> dict[str, tuple[int, ...]]:
+        """Each host and its ranks, in rank order."""
+        out: dict[str, list[int]] = {}
+        for r in self.ranks:
+            out.setdefault(r.host, []).append(r.rank)
+        return {host: tuple(ranks) for host, ranks in out.items()}
+
+    def _lost_hosts(self, dead: set[int]) -> dict[str, tuple[int, ...]]:
+        """The hosts all of whose ranks are in ``dead``, when the cluster has several hosts."""
+        hosts = self.hosts()
+        if len(hosts) < 2:
+            return {}
+        return {h: ranks for h, ranks in hosts.items() if set(ranks) <= dead}
+
+    def _rank_alive(self, rank: Rank) -> bool:
+        return _alive(rank.pid)
+
+    def _exit_text(self, rank: Rank) -> str:
+        """How ``rank``'s engine ended, as the fork server (its parent) reaped it."""
+        pid = rank.pid
+        deadline = time.monotonic() + 2.0
+        code = None
+        while self._forks is not None and code is None and time.monotonic() < deadline:
+            code = self._forks.exit_status(pid)
+            time.sleep(0.02)
+        if code is None:
+            return "the process is gone"
+        if code < 0:
+            return f"the process was killed by signal {signal.Signals(-code).name}"
+        return f"the process exited with status {code}"
+
     def state_now(self) -> ClusterState:
         """What the cluster looks like now (whether each rank's process still runs)."""
         failed = {f.rank: f.reason for f in self.failures}
         ranks = tuple(
-            (r.rank, r.pid, failed.get(r.rank) or ("running" if _alive(r.pid) else "exited"))
+            (r.rank, r.pid, failed.get(r.rank) or ("running" if self._rank_alive(r) else "exited"))
             for r in self.ranks
         )
-        return ClusterState(self.topology.name, self.state, self.ready_seconds, self.backend, ranks)
+        return ClusterState(
+            self.topology.name, self.state, self.ready_seconds, self.backend, ranks,
+            tuple(self.hosts().items()),
+        )  # fmt: skip
 
 
 def _alive(pid: int) -> bool:
@@ -333,18 +436,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _exit_text(pid: int) -> str:
-    import psutil
-
-    try:
-        code = psutil.Process(pid).wait(0)  # our child: reaps it and reads its status
-    except (psutil.Error, ChildProcessError):
-        return "the process is gone"
-    if code is not None and code < 0:
-        return f"the process was killed by signal {signal.Signals(-code).name}"
-    return f"the process exited with status {code}"
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -357,8 +448,8 @@ def _main_thread(dump: str) -> str:
     is in the dump."""
     for block in _THREAD.split(dump):
         frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
-        if not frames or "_launch.py" not in frames[-1]:
-            continue
+        if not frames or not frames[-1].endswith(" in <module>"):
+            continue  # not the main thread (the engine's script at its bottom)
         shell = [i for i, line in enumerate(frames) if "IPython/core/interactiveshell.py" in line]
         frames = frames[: shell[0]] if shell else frames
         shown = ["  " + line for line in frames[:STACK_FRAMES]]
@@ -394,6 +485,26 @@ def start(topology: str = "v6e-4") -> Cluster:
                 "(%tpu cluster stop) to start another topology."
             )
         _current = Cluster(topology)
+        return _current.start()
+
+
+def connect(
+    profile: str | None = None,
+    cluster_id: str | None = None,
+    url_file: str | None = None,
+    topology: str | None = None,
+) -> Cluster:
+    """Attach to an ipyparallel cluster that its own launchers started (engines on one machine
+    or several; :class:`.connect.ConnectedCluster`) and form the process group over it."""
+    global _current
+    from .connect import ConnectedCluster
+
+    with _lock:
+        if _current is not None and _current.state != "stopped":
+            raise SpmdError(
+                f"A {_current.topology.name} cluster is in use; stop it first (%tpu cluster stop)."
+            )
+        _current = ConnectedCluster(profile, cluster_id, url_file, topology)
         return _current.start()
 
 

@@ -46,9 +46,30 @@ class SpmdResult:
     result: dict[str, str] | None
     sharding: tuple[ShardedValue, ...]
     events: tuple[tuple[tuple[str, str], ...], ...] = field(default=())
+    hosts: tuple[str, ...] = ()  # each rank's host
+    hbm: tuple[tuple[int, int, int], ...] = ()  # each rank's chip: live, peak, capacity bytes
 
     def event_counts(self, rank: int) -> dict[str, int]:
         return dict(Counter(kind for kind, _ in self.events[rank]))
+
+    def by_host(self) -> dict[str, tuple[int, ...]]:
+        """Each host and its ranks, in rank order."""
+        out: dict[str, list[int]] = {}
+        for rank, host in enumerate(self.hosts):
+            out.setdefault(host, []).append(rank)
+        return {host: tuple(ranks) for host, ranks in out.items()}
+
+    def crossing(self, mesh_shape: tuple[int, ...]) -> tuple[bool, ...]:
+        """For each dimension of a mesh over every rank (ranks laid out row-major, as
+        ``init_device_mesh`` lays them), whether its collectives cross a host boundary: some
+        group along it has ranks on two hosts. Empty when the mesh is not over every rank."""
+        import numpy as np
+
+        if not self.hosts or int(np.prod(mesh_shape)) != len(self.hosts):
+            return ()
+        hosts = np.array([list(dict.fromkeys(self.hosts)).index(h) for h in self.hosts])
+        grid = hosts.reshape(mesh_shape)
+        return tuple(bool((np.ptp(grid, axis=d) > 0).any()) for d in range(len(mesh_shape)))
 
 
 def gather(per_rank: list[dict]) -> tuple[ShardedValue, ...]:
@@ -78,3 +99,23 @@ def failure_message(failures: list[RankFailure], world: int) -> str:
     )
     body = "\n\n".join(f.describe() for f in failures)
     return f"The cell failed on {len(failures)} of {world} ranks ({ranks}).{fix}\n\n{body}"
+
+
+def lost_hosts_message(
+    lost: dict[str, tuple[int, ...]], failures: list[RankFailure], others: int, topology: str
+) -> str:
+    """A host whose ranks all died: which host, which ranks and how each ended; the other
+    ``others`` hosts were stopped."""
+    how = {f.rank: f for f in failures}
+    parts = []
+    for host, ranks in lost.items():
+        listed = ", ".join(map(str, ranks))
+        lines = [f"Host {host} was lost: all of its ranks died ({listed})."]
+        lines += [f"  rank {r} (pid {how[r].pid}): {how[r].traceback}" for r in ranks]
+        parts.append("\n".join(lines))
+    plural = "s were" if others != 1 else " was"
+    return (
+        "\n".join(parts)
+        + f"\nThe other {others} host{plural} stopped; no process of the cluster is left. "
+        f"Start it again: %tpu cluster start {topology}."
+    )

@@ -28,26 +28,39 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from ..device.launch_env import set_tpu_launch_env, topology_for
+from ..device.launch_env import host_environment, set_tpu_launch_env, topology_for
 from ..errors import SpmdError
 
 #: Marks every process of one launch (tests use it to check that none is left).
 LAUNCH_ENV = "TPU_LAB_TORCHRUN"
-def prepare_launch(nproc: int, generation: str | None = None) -> str:
-    """In the parent of ``nproc`` ranks (torchrun, the SPMD cluster): the launch environment
-    every rank inherits. Bundled device: :func:`set_tpu_launch_env`. TPU VM: TorchTPU's own
+def prepare_launch(
+    nproc: int, generation: str | None = None, *, nnodes: int = 1, node_rank: int = 0
+) -> str:
+    """In the parent of ``nproc`` ranks (torchrun, the SPMD cluster) on host ``node_rank`` of
+    ``nnodes``: the launch environment every rank inherits. Bundled device: one host,
+    :func:`set_tpu_launch_env`; several, the environment of that host of the simulated slice
+    (:func:`~tpu_lab.device.launch_env.host_environment`). TPU VM: TorchTPU's own
     ``torch.tpu.distributed.set_tpu_launch_env`` (verified against torch-tpu 0.2.0's source,
     not run on hardware here). Returns the topology's description."""
     from ..runtime import backend
 
     if backend().simulated:
+        if nnodes > 1:
+            name = os.environ.get("TPU_LAB_TOPOLOGY") or topology_for(
+                nproc * nnodes, generation, hosts=nnodes
+            )
+            for key, value in host_environment(name, node_rank).items():
+                os.environ.setdefault(key, value)
+            return name
         if generation is not None:
             os.environ.setdefault("TPU_LAB_TOPOLOGY", topology_for(nproc, generation))
         set_tpu_launch_env(nproc_per_node=nproc)
         return os.environ["TPU_LAB_TOPOLOGY"]
     import torch
 
-    torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=nproc)
+    torch.tpu.distributed.set_tpu_launch_env(
+        nnodes=nnodes if nnodes > 1 else None, nproc_per_node=nproc
+    )
     return "TPU " + os.environ.get("TORCH_TPU_TOPOLOGY", "")
 
 
@@ -59,9 +72,21 @@ def bind(world_size: int | None = None) -> str:
     from .tpu_dist import register
 
     world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    hosts = world_size // int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
     active = backend()
-    if active.simulated and active.status().chips != world_size:
-        active.use_topology(topology_for(world_size))
+    if active.simulated:
+        from ..device.topology import parse_topology
+
+        topology = parse_topology(active.status().topology)
+        if (topology.devices, topology.hosts) != (world_size, hosts):
+            active.use_topology(topology_for(world_size, hosts=hosts))
+        if hosts > 1 and "TPU_WORKER_ID" not in os.environ:  # plain torchrun across hosts
+            name = active.status().topology
+            group = int(os.environ.get("GROUP_RANK", 0))
+            for key, value in host_environment(name, group).items():
+                os.environ.setdefault(key, value)
+        if hosts > 1:  # the chip of the host this rank drives
+            os.environ.setdefault("TPU_VISIBLE_CHIPS", os.environ.get("LOCAL_RANK", "0"))
     name = register()
     # As transformers does: this process drives one chip, always tpu:0.
     torch.accelerator.set_device_index(torch.accelerator.current_device_index())
@@ -117,16 +142,17 @@ def _result(nproc: int, topology: str, error) -> LaunchResult:
     return LaunchResult(nproc, topology, 1, tuple(failed), tuple(stopped))
 
 
-def _loopback_store():
-    """A TCPStore server listening on 127.0.0.1 only, and its port. torchrun's rendezvous asks
-    for a multi-tenant store on that port in this process and gets this one (c10d shares a
-    server per port), instead of a server listening on every interface."""
+def _loopback_store(port: int = 0):
+    """A TCPStore server listening on 127.0.0.1 only (on ``port``, or a free one), and its
+    port. torchrun's rendezvous asks for a multi-tenant store on that port in this process and
+    gets this one (c10d shares a server per port), instead of a server listening on every
+    interface."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     sock.listen(128)
     port = sock.getsockname()[1]
     store = dist.TCPStore(
@@ -150,9 +176,10 @@ def launch(argv: list[str], *, generation: str | None = None) -> LaunchResult:
     parser = run.get_args_parser()
     args = parser.parse_args(argv)
     nproc = int(args.nproc_per_node) if str(args.nproc_per_node).isdigit() else 1
+    nnodes = int(args.nnodes) if str(args.nnodes).isdigit() else 1
     os.environ.setdefault(LAUNCH_ENV, uuid.uuid4().hex)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its warning
-    topology = prepare_launch(nproc, generation)
+    topology = prepare_launch(nproc, generation, nnodes=nnodes, node_rank=args.node_rank)
     rest = argv[len(argv) - len(args.training_script_args) - 1 :]
     options = argv[: len(argv) - len(rest)]
     if args.module or args.no_python:
@@ -161,6 +188,12 @@ def launch(argv: list[str], *, generation: str | None = None) -> LaunchResult:
     if not args.standalone and args.rdzv_endpoint == "" and args.nnodes in ("1", "1:1"):
         *keep, port = _loopback_store()
         options += ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+    elif nnodes > 1 and args.node_rank == 0 and args.rdzv_backend == "static":
+        # the first host serves the static rendezvous: on 127.0.0.1 when that is its address
+        endpoint = args.rdzv_endpoint or f"{args.master_addr}:{args.master_port}"
+        host, _, port = endpoint.rpartition(":")
+        if host in ("127.0.0.1", "localhost") and port.isdigit():
+            *keep, _ = _loopback_store(int(port))
     full = [*options, "-m", "tpu_lab.launch._torchrun_worker", *rest]
     try:
         run.main(full)

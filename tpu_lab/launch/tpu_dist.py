@@ -4,7 +4,8 @@ On a real TPU VM, TorchTPU registers ``"tpu_dist"`` itself and :func:`register` 
 On the bundled device, :func:`register` adds a backend of that name whose collectives run on
 gloo: a "tpu" tensor's bytes are a CPU tensor (its payload), so gloo reads and writes the
 payload in place; nothing is copied and no transfer is recorded. Gloo's sockets are bound to
-127.0.0.1. The same user code (``init_process_group("tpu_dist")``, DTensor, tensor parallel
+127.0.0.1 (to the host's address in a cluster that spans machines: :func:`listen_on`). The
+same user code (``init_process_group("tpu_dist")``, DTensor, tensor parallel
 ``from_pretrained``) then runs unchanged on both.
 
 Every collective reaches gloo through this class's methods, and each one has finished when it
@@ -28,8 +29,16 @@ import torch.distributed as dist
 
 #: TorchTPU's backend name (transformers maps device type "tpu" to it).
 BACKEND = "tpu_dist"
-#: The interface gloo listens on: the cluster never leaves this machine.
+#: The interface gloo listens on unless :func:`listen_on` chose another: this machine only.
 LOOPBACK = "127.0.0.1"
+_address = LOOPBACK
+
+
+def listen_on(address: str) -> None:
+    """Listen on ``address`` (a host's address in a cluster that spans machines) in the process
+    groups created from now on."""
+    global _address
+    _address = address
 
 _lock = threading.Lock()
 _libraries: list[torch.library.Library] = []
@@ -59,7 +68,7 @@ class TpuDistBackend(dist.ProcessGroup):
         super().__init__(rank, size)
         options = dist.ProcessGroupGloo._Options()
         options._timeout = timeout
-        options._devices = [dist.ProcessGroupGloo.create_device(hostname=LOOPBACK)]
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname=_address)]
         self._gloo = dist.ProcessGroupGloo(store, rank, size, options)
         # c10d names groups through their backends (DeviceMesh looks groups up by name)
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)

@@ -115,7 +115,7 @@ class SimulatedMesh:
 
     def __init__(self, chips: int | None = None, generation: str = "v6e") -> None:
         self.generation: Generation
-        self.generation, self.chips = _generation(generation, chips)
+        self.generation, self.chips, _ = _generation(generation, chips)
         self.comms: Counter[str] = Counter()
         self.device_mesh = None
         self._mode = None

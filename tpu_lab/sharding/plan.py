@@ -276,12 +276,29 @@ class Plan:
     batch: int | None = None
     seq: int | None = None
     notes: tuple[str, ...] = field(default=())
+    hosts: int = 1
 
     @property
     def topology(self) -> str | None:
-        """The one-host topology name (``'v6e-4'``) when the generation has one for ``chips``."""
-        known = self.chips in self.generation.topologies
-        return f"{self.generation.name}-{self.chips}" if known else None
+        """The topology name (``'v6e-4'``, ``'v6e-16'``) when the generation has ``chips``
+        on ``hosts`` hosts."""
+        from ..device.topology import make_topology
+
+        try:
+            return make_topology(self.generation.name, self.chips, self.hosts).name
+        except TopologyError:
+            return None
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
+
+    @property
+    def bytes_per_host(self) -> tuple[int, ...]:
+        """What each host's chips hold together (weights and the activation estimate)."""
+        per = self.bytes_per_chip
+        n = self.chips_per_host
+        return tuple(sum(per[h * n:(h + 1) * n]) for h in range(self.hosts))
 
     @property
     def hbm_per_chip(self) -> int:
@@ -349,9 +366,12 @@ def _widest(layout: ModelLayout) -> int:
     return max((e.info.global_shape[-1] for e in layout.entries if e.info.ndim == 2), default=1)
 
 
-def _generation(generation: str, chips: int | None) -> tuple[Generation, int]:
-    """A generation (``'v6e'``: ``chips`` of it, 4 by default, one host's count or not) or a
-    topology (``'v6e-4'``: its chips, which ``chips`` may repeat)."""
+def _generation(generation: str, chips: int | None) -> tuple[Generation, int, int]:
+    """A generation (``'v6e'``: ``chips`` of it, 4 by default, on one host where it has that
+    many, else on its pod slice's hosts) or a topology (``'v6e-16'``: its chips and hosts,
+    which ``chips`` may repeat); returns (generation, chips, hosts)."""
+    from ..device.slices import multi_host
+
     gen = GENERATIONS.get(str(generation).strip().lower())
     if gen is None:
         topo = parse_topology(str(generation))
@@ -360,12 +380,13 @@ def _generation(generation: str, chips: int | None) -> tuple[Generation, int]:
                 f"generation={generation!r} has {topo.devices} chips but chips={chips}; "
                 "pass one of them."
             )
-        return topo.generation, topo.devices
+        return topo.generation, topo.devices, topo.hosts
     if chips is None:
         chips = 4
     if isinstance(chips, bool) or not isinstance(chips, int) or chips < 1:
         raise ShardingError(f"chips must be a positive integer, got {chips!r}.")
-    return gen, chips
+    pods = [h for d, h in multi_host(gen.name) if d == chips]
+    return gen, chips, 1 if chips in gen.topologies or not pods else pods[0]
 
 
 def plan(
@@ -384,7 +405,7 @@ def plan(
     ``batch`` x ``seq`` tokens (``image_size=(h, w)``: ``h/16 * w/16`` image tokens, as with an
     8x VAE and 2x2 patches), and whether it fits in HBM. ``tp_plan`` entries update the model's
     own plan; ``dtype`` (e.g. ``torch.bfloat16``) overrides the floating-point weight dtype."""
-    gen, chips = _generation(generation, chips)
+    gen, chips, hosts = _generation(generation, chips)
     model, source = load_meta_model(obj)
     if image_size is not None:
         height, width = image_size
@@ -402,8 +423,12 @@ def plan(
         acts = activation_estimate(model, chips, batch, seq, used, layout)
         notes.append("activations are an estimate (one forward; eager attention scores), "
                      "not a measurement")
-    if chips not in gen.topologies:
+    if chips not in gen.topologies and hosts == 1:
         notes.append(f"TPU {gen.name} has no {chips}-chip host topology "
                      f"(one-host counts: {', '.join(map(str, gen.topologies))})")
+    if hosts > 1:
+        notes.append(f"tensor parallelism over all {chips} chips exchanges activations across "
+                     f"{hosts} hosts at every layer; keep it within a host ({chips // hosts} "
+                     "chips) and replicate across hosts (tpu_lab.sharding.hybrid)")
     return Plan(type(model).__name__, source, chips, gen, layout, used, acts, batch, seq,
-                tuple(notes))
+                tuple(notes), hosts)

@@ -274,11 +274,21 @@ class PlanMemoryView(View):
     """Per-chip HBM bars of a plan or a mesh run: weights, the activation estimate, free,
     against capacity."""
 
-    def __init__(self, weights, activations, capacity: int, title: str) -> None:
+    def __init__(
+        self, weights, activations, capacity: int, title: str, chips_per_host: int | None = None
+    ) -> None:
         self.weights = tuple(weights)
         self.activations = tuple(activations)
         self.capacity = capacity
         self.title = title
+        self.chips_per_host = chips_per_host  # set for several hosts: bars grouped by host
+
+    def _host_head(self, chip: int) -> str | None:
+        n = self.chips_per_host
+        if not n or chip % n:
+            return None
+        held = sum(self.weights[chip:chip + n]) + sum(self.activations[chip:chip + n])
+        return f"host {chip // n} (chips {chip}-{chip + n - 1}): {format_bytes(held)} in all"
 
     def _pct(self, used: int) -> str:
         p = 100 * used / self.capacity
@@ -290,6 +300,9 @@ class PlanMemoryView(View):
         lines = [clip(f"{self.title}: {format_bytes(self.capacity)} per chip "
                       "(█ weights, ▒ activations, ░ free)", width)]
         for chip, (w, a) in enumerate(zip(self.weights, self.activations, strict=True)):
+            head = self._host_head(chip)
+            if head:
+                lines.append(clip(f" {head}", width))
             used = w + a
             nw = min(round(bar * w / self.capacity), bar)
             na = min(round(bar * a / self.capacity), bar - nw)
@@ -301,6 +314,9 @@ class PlanMemoryView(View):
     def to_html(self) -> str:
         rows = []
         for chip, (w, a) in enumerate(zip(self.weights, self.activations, strict=True)):
+            head = self._host_head(chip)
+            if head:
+                rows.append(f"<div style='margin-top:4px'><b>{esc(head)}</b></div>")
             used = w + a
             pw, pa = (min(100 * x / self.capacity, 100) for x in (w, a))
             color = "#dc2626" if used > self.capacity else "#2563eb"
@@ -321,7 +337,9 @@ def memory_view(obj: Plan | MeshRun) -> PlanMemoryView:
     if isinstance(obj, Plan):
         acts = (obj.activation_bytes,) * obj.chips
         title = f"HBM, TPU {obj.generation.name}"
-        return PlanMemoryView(obj.weight_bytes_per_chip, acts, obj.hbm_per_chip, title)
+        per_host = obj.chips_per_host if obj.hosts > 1 else None
+        return PlanMemoryView(obj.weight_bytes_per_chip, acts, obj.hbm_per_chip, title,
+                              per_host)  # fmt: skip
     return PlanMemoryView(obj.shard_bytes_per_chip, (0,) * obj.chips, obj.hbm_per_chip,
                           f"HBM, TPU {obj.generation.name} (real shards)")
 
@@ -337,6 +355,9 @@ def _plan_facts(p) -> list[str]:
         f"weights: {_per_chip(p.weight_bytes_per_chip)} per chip "
         f"({format_bytes(p.layout.global_bytes)} unsharded)",
     ]
+    if p.hosts > 1:
+        facts.append(f"{p.hosts} hosts of {p.chips_per_host} chips: each host holds "
+                     f"{_per_chip(p.bytes_per_host)}")
     if p.activations:
         parts = ", ".join(f"{what} {format_bytes(n)}" for what, n in p.activations)
         facts.append(f"activations (estimate, batch {p.batch} x seq {p.seq}): "

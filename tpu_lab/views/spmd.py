@@ -1,5 +1,6 @@
 """An SPMD cell's result (:class:`tpu_lab.launch.spmd_result.SpmdResult`): rank 0's output
-and result, the sharding of the DTensors the cell bound (bytes on each rank), every rank's
+and result, the sharding of the DTensors the cell bound (bytes on each rank, and which mesh
+dimensions' collectives cross a host boundary), HBM per chip host by host, every rank's
 events."""
 
 from __future__ import annotations
@@ -23,9 +24,36 @@ class SpmdResultView(View):
 
     def _sharding_rows(self) -> list[tuple[str, str, str]]:
         return [
-            (v.name, v.description, " / ".join(format_bytes(b) for b in v.local_bytes))
+            (v.name, v.description + self._crossing(v),
+             " / ".join(format_bytes(b) for b in v.local_bytes))
             for v in self.cell.sharding
-        ]
+        ]  # fmt: skip
+
+    def _crossing(self, value) -> str:
+        """``; dp: across hosts, tp: within each host`` for a tensor on a mesh over several
+        hosts."""
+        info = value.info
+        if info is None or len(self.cell.by_host()) < 2:
+            return ""
+        crosses = self.cell.crossing(tuple(info.mesh_shape))
+        if not crosses:
+            return ""
+        names = info.mesh_axis_names or tuple(f"dim {d}" for d in range(len(crosses)))
+        return "; " + ", ".join(
+            f"{name}: {'across hosts' if c else 'within each host'}"
+            for name, c in zip(names, crosses, strict=True)
+        )
+
+    def _hbm_lines(self) -> list[str]:
+        c = self.cell
+        if not c.hbm:
+            return []
+        capacity = c.hbm[0][2]
+        lines = [f"HBM per chip, host by host (live, of {format_bytes(capacity)}):"]
+        for host, ranks in c.by_host().items():
+            used = ", ".join(f"{r}: {format_bytes(c.hbm[r][0])}" for r in ranks)
+            lines.append(f"  {host}: {used}")
+        return lines
 
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
@@ -43,6 +71,7 @@ class SpmdResultView(View):
         if rows:
             out.append("sharding (bytes on each rank):")
             out += [clip(f"  {n}  {d}  [{b}]", width) for n, d, b in rows]
+        out += [clip(line, width) for line in self._hbm_lines()]
         out.append("events:")
         out += [clip(f"  {line}", width) for line in self._event_lines()]
         return "\n".join(out)
@@ -71,6 +100,10 @@ class SpmdResultView(View):
                 "<table><tr><th>name</th><th>layout</th><th>bytes on each rank</th></tr>"
                 f"{cells}</table>"
             )
+        hbm = self._hbm_lines()
+        if hbm:
+            parts.append(f"<div>{esc(hbm[0])}</div><ul>"
+                         + "".join(f"<li>{esc(line.strip())}</li>" for line in hbm[1:]) + "</ul>")
         items = "".join(f"<li>{esc(line)}</li>" for line in self._event_lines())
         parts.append(f"<div>events</div><ul>{items}</ul></div>")
         return "".join(parts)
