@@ -439,12 +439,13 @@ def fakes(monkeypatch):
 
     cluster.start, cluster.stop, cluster.current = start, stop, current
     cluster.restart = record("restart")
-    cluster.connect = record("connect")
+    connect = types.ModuleType("tpu_lab.launch.connect")
+    connect.connect = record("connect")
     media = types.ModuleType("tpu_lab.media")
     media.preview = record("preview")
     dashboard = types.ModuleType("tpu_lab.views.dashboard")
     dashboard.Dashboard = lambda: calls.append(("Dashboard", (), {})) or Shown("dashboard")
-    for module in (sharding, cluster, media, dashboard):
+    for module in (sharding, cluster, connect, media, dashboard):
         monkeypatch.setitem(sys.modules, module.__name__, module)
     return calls
 

@@ -107,11 +107,13 @@ def shell(monkeypatch, tmp_path, use_lowering):
         fake_cluster.state = _Shown(f"connected {profile or cluster_id or url_file}")
         return fake_cluster.state
 
-    fake_cluster.start, fake_cluster.current, fake_cluster.connect = start, current, connect
+    fake_cluster.start, fake_cluster.current = start, current
+    fake_connect = types.ModuleType("tpu_lab.launch.connect")
+    fake_connect.connect = connect
     fake_cluster.stop = lambda: None  # the stopped cluster stays the current one
     fake_cluster.restart = current
     monkeypatch.setitem(__import__("sys").modules, "tpu_lab.launch.cluster", fake_cluster)
-    monkeypatch.setattr(tpu_lab.sharding, "cluster", fake_cluster, raising=False)
+    monkeypatch.setitem(__import__("sys").modules, "tpu_lab.launch.connect", fake_connect)
     fake_dashboard = types.ModuleType("tpu_lab.views.dashboard")
     fake_dashboard.Dashboard = lambda: _Shown("dashboard")
     monkeypatch.setitem(__import__("sys").modules, "tpu_lab.views.dashboard", fake_dashboard)

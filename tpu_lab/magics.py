@@ -587,7 +587,8 @@ class TpuMagics(Magics):
             raise _error("cluster", "--profile, --cluster-id and --url-file are for connect")
         with _shown_as_usage_errors():
             if args.action == "connect":
-                result = cluster.connect(**where, topology=args.topology)
+                connect = _module("tpu_lab.launch.connect")
+                result = connect.connect(**where, topology=args.topology)
             elif args.action == "start":
                 topology = args.topology
                 if topology is None:

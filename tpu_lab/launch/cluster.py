@@ -488,23 +488,16 @@ def start(topology: str = "v6e-4") -> Cluster:
         return _current.start()
 
 
-def connect(
-    profile: str | None = None,
-    cluster_id: str | None = None,
-    url_file: str | None = None,
-    topology: str | None = None,
-) -> Cluster:
-    """Attach to an ipyparallel cluster that its own launchers started (engines on one machine
-    or several; :class:`.connect.ConnectedCluster`) and form the process group over it."""
+def adopt(make) -> Cluster:
+    """Make the cluster ``make()`` builds the current one and start it; refused while another
+    is in use (:func:`tpu_lab.launch.connect.connect` attaches one this way)."""
     global _current
-    from .connect import ConnectedCluster
-
     with _lock:
         if _current is not None and _current.state != "stopped":
             raise SpmdError(
                 f"A {_current.topology.name} cluster is in use; stop it first (%tpu cluster stop)."
             )
-        _current = ConnectedCluster(profile, cluster_id, url_file, topology)
+        _current = make()
         return _current.start()
 
 

@@ -21,7 +21,7 @@ import time
 
 from ..errors import SpmdError
 from . import _engine
-from .cluster import COLLECTIVE_TIMEOUT_S, Cluster, Rank
+from .cluster import COLLECTIVE_TIMEOUT_S, Cluster, Rank, adopt
 
 
 class ConnectedCluster(Cluster):
@@ -165,3 +165,15 @@ class ConnectedCluster(Cluster):
 def _host_order(info: dict) -> int:
     worker = info.get("worker")
     return int(worker) if worker is not None and worker.isdigit() else 1 << 30
+
+
+def connect(
+    profile: str | None = None,
+    cluster_id: str | None = None,
+    url_file: str | None = None,
+    topology: str | None = None,
+) -> Cluster:
+    """Attach to an ipyparallel cluster that its own launchers started (engines on one machine
+    or several) and form the process group over it; it becomes the current cluster of
+    :mod:`.cluster` (refused while another is in use)."""
+    return adopt(lambda: ConnectedCluster(profile, cluster_id, url_file, topology))
