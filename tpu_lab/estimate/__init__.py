@@ -8,6 +8,7 @@ See ``docs/estimates.md`` for what is modelled and what is not.
 - ``op_cost(signature(func, args, kwargs, out), on="v6e")``: one op (what a device records);
 - ``estimate(fn, *args, on="v6e", mode="eager")``: a function's ops or its fused graph;
 - ``estimate_graph(gm)``: an FX graph (a ``torch.compile`` backend's);
+- ``tpu_lab.sharding.plan(config, ...).estimate("train")``: a model from its config, no weights;
 - ``roofline(estimate)``: the ops against the chip's roofline (matplotlib).
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "chip",
     "estimate",
     "estimate_graph",
+    "estimate_plan",
     "op_cost",
     "roofline",
     "settings",
@@ -40,7 +42,7 @@ _LAZY = {
     "OpSignature": ".ops", "TensorSpec": ".ops", "signature": ".ops",
     "assume": ".constants", "assumptions": ".constants", "settings": ".constants",
     "chip": ".api", "estimate": ".api", "estimate_graph": ".api", "op_cost": ".api",
-    "roofline": ".figures",
+    "estimate_plan": ".planner", "roofline": ".figures",
 }
 
 
