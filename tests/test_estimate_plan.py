@@ -95,6 +95,7 @@ def test_fsdp_and_data_parallelism_add_their_collectives_and_split_the_batch():
     p = plan(LlamaConfig(**LLAMA4), chips=2, fsdp=2, data=2, batch=8, seq=64, dtype=BF16)
     assert (p.total_chips, p.local_batch) == (8, 2)
     e = p.estimate("train")
+    assert p.estimate("train") == e  # a reused recording gives the same estimate
     kinds = _kinds(e)
     assert kinds["all_gather"] == 2 and kinds["reduce_scatter"] == 1
     assert kinds["all_reduce"] > 2 * LAYERS  # tensor parallel, plus one for the gradients

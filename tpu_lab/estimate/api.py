@@ -11,13 +11,11 @@
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..errors import TpuLabError
 from .chips import CHIPS, Chip
-from .constants import Assumptions, assumptions
+from .constants import Assumptions, _changes, assumptions
 from .graph import cost
 from .ops import OpSignature, is_view, op_numbers
 from .result import Estimate, OpCost
@@ -29,16 +27,22 @@ def chip(which: str | Chip) -> Chip:
     generation), or the chip itself; a v7 name gives one of its two devices."""
     if isinstance(which, Chip):
         return which
-    from ..device.topology import GENERATIONS
+    found = _BY_NAME.get(which)
+    if found is None:
+        from ..device.topology import GENERATIONS
 
-    name = str(which).strip().lower().split("-")[0].removeprefix("tpu").strip()
-    gen = GENERATIONS.get(name)
-    if gen is None:
-        raise TpuLabError(f"Unknown TPU generation {which!r}; known: {', '.join(CHIPS)}.")
-    return gen.device
+        name = str(which).strip().lower().split("-")[0].removeprefix("tpu").strip()
+        gen = GENERATIONS.get(name)
+        if gen is None:
+            raise TpuLabError(f"Unknown TPU generation {which!r}; known: {', '.join(CHIPS)}.")
+        found = _BY_NAME[which] = gen.device
+    return found
 
 
-@functools.lru_cache(maxsize=1 << 16)
+_BY_NAME: dict[str, Chip] = {}
+_COSTS: dict[tuple, OpCost] = {}
+
+
 def _op_cost(sig: OpSignature, c: Chip, a: Assumptions, launch: bool) -> OpCost:
     n = op_numbers(sig, c, a)
     memory = n.hbm_bytes / c.hbm_bandwidth
@@ -53,8 +57,15 @@ def _op_cost(sig: OpSignature, c: Chip, a: Assumptions, launch: bool) -> OpCost:
 def op_cost(sig: OpSignature, on: str | Chip = "v6e", *, launch: bool = True) -> OpCost:
     """The cost of one op on an idealised ``on`` chip: the larger of its MXU time and HBM
     time, plus the eager launch (``launch=False``: the op inside a graph). Views cost
-    nothing."""
-    return _op_cost(sig, chip(on), assumptions(), launch)
+    nothing. Cached per signature, chip and set of assumptions (a dictionary look-up when
+    seen before: this is the function a device calls per eager op)."""
+    key = (sig, on, _changes[0], launch)
+    found = _COSTS.get(key)
+    if found is None:
+        if len(_COSTS) > 1 << 16:
+            _COSTS.clear()
+        found = _COSTS[key] = _op_cost(sig, chip(on), assumptions(), launch)
+    return found
 
 
 def estimate(fn, *args, on: str | Chip = "v6e", chips: int = 1, mode: str = "compiled",

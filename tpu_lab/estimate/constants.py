@@ -50,11 +50,22 @@ class Assumptions:
 
 DEFAULT = Assumptions()
 _current = [DEFAULT]
+_changes = [0]  # counts every change, so that caches of costs can tell sets apart cheaply
 
 
 def assumptions() -> Assumptions:
     """The constants in force now."""
     return _current[0]
+
+
+def version() -> int:
+    """A number that changes whenever the constants in force change."""
+    return _changes[0]
+
+
+def _set(value: Assumptions) -> None:
+    _current[0] = value
+    _changes[0] += 1
 
 
 def _replaced(changes: dict) -> Assumptions:
@@ -72,11 +83,11 @@ def assume(**changes):
     """Estimate with some constants changed inside the block, e.g.
     ``with assume(eager_launch_seconds=5e-6): ...``; the previous set returns after it."""
     before = _current[0]
-    _current[0] = _replaced(changes)
+    _set(_replaced(changes))
     try:
         yield _current[0]
     finally:
-        _current[0] = before
+        _set(before)
 
 
 class _Setting:
@@ -89,7 +100,7 @@ class _Setting:
         return getattr(_current[0], self.name)
 
     def __set__(self, obj, value) -> None:
-        _current[0] = _replaced({self.name: value})
+        _set(_replaced({self.name: value}))
 
 
 class Settings:
@@ -103,7 +114,7 @@ class Settings:
 
     def reset(self) -> None:
         """Back to the documented defaults."""
-        _current[0] = DEFAULT
+        _set(DEFAULT)
 
     def __repr__(self) -> str:
         return repr(_current[0])

@@ -10,9 +10,9 @@ one program, cut into fusions the way XLA's producer-consumer fusion cuts it:
 
 - each MXU op (an op with FLOPs: matmul, convolution, attention) is a fusion of its own;
 - every other op joins the fusion of the op that produced its input, when that op is not an
-  MXU op: chains of elementwise ops, reductions, casts and reshapes are one fusion (data
-  movement joins only data movement, and nothing joins a partial update such as writing a
-  new token into a cache);
+  MXU op: chains of elementwise ops, reductions, casts and reshapes are one fusion (except
+  data movement that only matmuls read, which fuses into them as below, and data movement
+  after a partial update such as writing a new token into a cache);
 - a fusion made only of data movement (copies, casts, gathers, scatters, concatenation,
   repeats: :data:`tpu_lab.estimate.ops.DATA_MOVEMENT`) fuses into the MXU ops that read all
   its results (they read its inputs instead), and an MXU op whose results only such a fusion
@@ -191,15 +191,18 @@ class _Fusions:
 
     def _joins(self, i: int, p: int) -> bool:
         """Whether op ``i`` fuses with the op ``p`` that made its input: any vector op joins a
-        vector producer, except that data movement only joins data movement (so that it can
-        fuse into a matmul instead), and never a partial update (whose result a reader sees
-        whole, not the update)."""
+        vector producer, except data movement that only matmuls read (it fuses into them
+        instead) and data movement after a partial update (whose result a reader sees whole,
+        not the update)."""
         if self.kind[p] != "vector":
             return False
         func, made_by = self.c.p.records[i].sig.func, self.c.p.records[p].sig.func
         if not is_data_movement(func):
             return True
-        return is_data_movement(made_by) and not is_update(made_by)
+        if is_update(made_by):
+            return False
+        readers = {u for v in self.c.p.records[i].outs for u in self.readers[self.c.base(v)]}
+        return not readers or any(self.kind[u] != "matmul" for u in readers)
 
     def find(self, i: int) -> int:
         while self.parent[i] != i:

@@ -46,13 +46,28 @@ class TensorSpec(NamedTuple):
         return self.elements * _itemsize(self.dtype)
 
 
-class OpSignature(NamedTuple):
-    """An op and its arguments with tensors replaced by :class:`TensorSpec` (hashable)."""
+class OpSignature:
+    """An op and its arguments with tensors replaced by :class:`TensorSpec`: hashable, its
+    hash computed once (a device may look the same signature up many times)."""
 
-    func: object
-    args: tuple
-    kwargs: tuple
-    outputs: tuple[TensorSpec, ...]
+    __slots__ = ("_hash", "args", "func", "kwargs", "outputs")
+
+    def __init__(self, func, args: tuple, kwargs: tuple, outputs: tuple[TensorSpec, ...]):
+        self.func, self.args, self.kwargs, self.outputs = func, args, kwargs, outputs
+        self._hash = None
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((id(self.func), self.args, self.kwargs, self.outputs))
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, OpSignature) and self.func is other.func
+                and self.args == other.args and self.kwargs == other.kwargs
+                and self.outputs == other.outputs)
+
+    def __repr__(self) -> str:
+        return f"OpSignature({self.name}, {self.args!r}, {self.kwargs!r} -> {self.outputs!r})"
 
     @property
     def name(self) -> str:
@@ -72,14 +87,16 @@ def op_name(func) -> str:
     return getattr(func, "__name__", str(func))
 
 
+_tuple = tuple.__new__
+
+
 def spec(t: torch.Tensor) -> TensorSpec:
     """The :class:`TensorSpec` of a real, fake or meta tensor."""
-    shape = tuple(t.shape)
-    held = 1
-    for size, stride in zip(shape, t.stride(), strict=True):
-        if stride != 0:
-            held *= size
-    return TensorSpec(shape, t.dtype, held if shape else 1)
+    shape, stride = t.shape, t.stride()
+    held = t.numel()
+    if 0 in stride and held:
+        held = math.prod(size for size, step in zip(shape, stride, strict=True) if step)
+    return _tuple(TensorSpec, (shape, t.dtype, held))
 
 
 def _freeze(x):
@@ -114,12 +131,13 @@ def written(func, args: tuple, kwargs: dict | None, out) -> list[torch.Tensor]:
 
 def signature(func, args: tuple, kwargs: dict | None, out) -> OpSignature:
     """The signature of ``func(*args, **kwargs) -> out``."""
-    return OpSignature(
-        func,
-        _freeze(tuple(args)),
-        tuple(sorted((k, _freeze(v)) for k, v in (kwargs or {}).items())),
-        tuple(spec(t) for t in written(func, args, kwargs, out)),
-    )
+    frozen = tuple([spec(a) if isinstance(a, torch.Tensor) else _freeze(a) for a in args])
+    if isinstance(out, torch.Tensor):
+        outs = (spec(out),)
+    else:
+        outs = tuple([spec(t) for t in written(func, args, kwargs, out)])
+    named = tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())) if kwargs else ()
+    return OpSignature(func, frozen, named, outs)
 
 
 def _shapes(x):

@@ -19,7 +19,9 @@ over the data-center network when the chips outnumber one pod (``Chip.pod_chips`
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
+import dataclasses
+import json
+from collections import OrderedDict, defaultdict
 
 import torch
 
@@ -181,13 +183,53 @@ def _title(plan, task: str, step) -> str:
             f"{plan.generation.device.product} ({mesh})")
 
 
+def _fingerprint(obj) -> str | None:
+    """A text that equal configs share (None: do not reuse a recording of ``obj``)."""
+    if hasattr(obj, "to_json_string"):
+        return f"{type(obj).__name__}:{obj.to_json_string()}"
+    if isinstance(obj, dict):
+        return json.dumps(obj, sort_keys=True, default=str)
+    return None
+
+
+#: The last few recordings, reused by plans that run the same model, task and per-chip shapes
+#: on another chip or another FSDP or data-parallel degree (each use gets its own copy).
+_RECORDINGS: OrderedDict = OrderedDict()
+
+
+def forget() -> None:
+    """Drop the reused recordings (the next estimate runs its model again)."""
+    _RECORDINGS.clear()
+
+
+def _recorded(plan, task: str, text_tokens: int | None):
+    """(program, step, params, first optimizer record, shares, MoE layers) for ``task``."""
+    found = _fingerprint(plan.obj)
+    key = None if found is None else (
+        found, task, plan.local_batch, plan.seq, plan.image_size, plan.frames, str(plan.dtype),
+        text_tokens, plan.chips, tuple(e.info.placements for e in plan.layout.entries))
+    if key is not None and key in _RECORDINGS:
+        _RECORDINGS.move_to_end(key)
+    else:
+        model = _model(plan)
+        experts = balance_experts(model)
+        result = (*_run(plan, model, task, text_tokens), experts)
+        if key is None:
+            return result
+        _RECORDINGS[key] = result
+        if len(_RECORDINGS) > 4:
+            _RECORDINGS.popitem(last=False)
+    program, step, params, optimizer_at, shares, experts = _RECORDINGS[key]
+    values = {v: dataclasses.replace(value) for v, value in program.values.items()}
+    records = [dataclasses.replace(r) for r in program.records]
+    return Program(records, values), step, params, optimizer_at, shares, experts
+
+
 def estimate_plan(plan, task: str = "forward", *, mode: str = "compiled",
                   text_tokens: int | None = None) -> Estimate:
     """The :class:`Estimate` of one ``task`` of ``plan`` (see the module's docstring)."""
     _check(plan, task, mode)
-    model = _model(plan)
-    experts = balance_experts(model)
-    program, step, params, optimizer_at, shares = _run(plan, model, task, text_tokens)
+    program, step, params, optimizer_at, shares, experts = _recorded(plan, task, text_tokens)
     chip = plan.generation.device
     if optimizer_at is not None and plan.fsdp > 1:
         for r in program.records[optimizer_at:]:
