@@ -383,3 +383,17 @@ def test_the_roofline_figure_draws_each_op_and_the_estimate_under_the_chips_roof
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_real_tpu_tensors_estimate_like_meta_tensors_and_the_public_names_resolve():
+    import tpu_lab.estimate as est
+
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 128, device="tpu"), torch.randn(128, 32, device="tpu")
+    mx, mw = meta(64, 128, dtype=torch.float32), meta(128, 32, dtype=torch.float32)
+    real = estimate(lambda: torch.relu(x @ w), on="v5e", mode="eager")
+    fake = estimate(lambda: torch.relu(mx @ mw), on="v5e", mode="eager")
+    assert (real.flops, real.hbm_bytes, real.seconds) == (fake.flops, fake.hbm_bytes,
+                                                          fake.seconds)
+    for name in est.__all__:
+        assert getattr(est, name) is not None

@@ -59,12 +59,16 @@ def op_cost(sig: OpSignature, on: str | Chip = "v6e", *, launch: bool = True) ->
     time, plus the eager launch (``launch=False``: the op inside a graph). Views cost
     nothing. Cached per signature, chip and set of assumptions (a dictionary look-up when
     seen before: this is the function a device calls per eager op)."""
-    key = (sig, on, _changes[0], launch)
+    memo, changes = sig.cost, _changes[0]
+    if memo is not None and memo[0] is on and memo[1] == changes and memo[2] is launch:
+        return memo[3]
+    key = (sig, on, changes, launch)
     found = _COSTS.get(key)
     if found is None:
         if len(_COSTS) > 1 << 16:
             _COSTS.clear()
         found = _COSTS[key] = _op_cost(sig, chip(on), assumptions(), launch)
+    sig.cost = (on, changes, launch, found)
     return found
 
 

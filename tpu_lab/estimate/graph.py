@@ -10,7 +10,8 @@ one program, cut into fusions the way XLA's producer-consumer fusion cuts it:
 
 - each MXU op (an op with FLOPs: matmul, convolution, attention) is a fusion of its own;
 - every other op joins the fusion of the op that produced its input, when that op is not an
-  MXU op: chains of elementwise ops, reductions, casts and reshapes are one fusion (except
+  MXU op and no MXU op ran between them (a fusion never spans a matmul, which could depend on
+  it): chains of elementwise ops, reductions, casts and reshapes are one fusion (except
   data movement that only matmuls read, which fuses into them as below, and data movement
   after a partial update such as writing a new token into a cache);
 - a fusion made only of data movement (copies, casts, gathers, scatters, concatenation,
@@ -166,6 +167,10 @@ class _Fusions:
             if self.kind[i] in ("matmul", "vector"):
                 for v in r.outs:
                     self.producer[c.base(v)] = i
+        self.segment, anchors = [], 0  # matmuls run before each op: fusions never span one
+        for k in self.kind:
+            self.segment.append(anchors)
+            anchors += k == "matmul"
         for i, r in enumerate(recs):
             if self.kind[i] == "vector":
                 for v in r.ins:
@@ -194,7 +199,7 @@ class _Fusions:
         vector producer, except data movement that only matmuls read (it fuses into them
         instead) and data movement after a partial update (whose result a reader sees whole,
         not the update)."""
-        if self.kind[p] != "vector":
+        if self.kind[p] != "vector" or self.segment[p] != self.segment[i]:
             return False
         func, made_by = self.c.p.records[i].sig.func, self.c.p.records[p].sig.func
         if not is_data_movement(func):

@@ -50,11 +50,14 @@ class OpSignature:
     """An op and its arguments with tensors replaced by :class:`TensorSpec`: hashable, its
     hash computed once (a device may look the same signature up many times)."""
 
-    __slots__ = ("_hash", "args", "func", "kwargs", "outputs")
+    __slots__ = ("_hash", "args", "cost", "func", "kwargs", "outputs")
 
     def __init__(self, func, args: tuple, kwargs: tuple, outputs: tuple[TensorSpec, ...]):
         self.func, self.args, self.kwargs, self.outputs = func, args, kwargs, outputs
         self._hash = None
+        #: The last cost asked of this signature, as (chip, assumptions' version, launch,
+        #: cost): :func:`tpu_lab.estimate.op_cost` answers a repeat from it.
+        self.cost = None
 
     def __hash__(self) -> int:
         if self._hash is None:
