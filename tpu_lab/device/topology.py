@@ -1,8 +1,9 @@
 """TPU generations and the chip topologies the bundled device can simulate.
 
-The table mirrors TorchTPU's ``_internal/utils/hardware.py``: HBM per chip and the
-topology (mesh shape) for each supported chip count of one host. Topologies that span several
-hosts (pod slices) come from :mod:`.slices`.
+The table mirrors TorchTPU's ``_internal/utils/hardware.py``: the topology (mesh shape) for
+each supported chip count of one host. HBM per chip and every other published figure come
+from the one chip table, :mod:`tpu_lab.estimate.chips`. Topologies that span several hosts
+(pod slices) come from :mod:`.slices`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import TopologyError
-
-GiB = 1 << 30
+from ..estimate.chips import CHIPS, Chip
 
 #: Environment variable read once, at first use, to choose the simulated topology.
 TOPOLOGY_ENV = "TPU_LAB_TOPOLOGY"
@@ -23,14 +23,35 @@ DEFAULT_TOPOLOGY = "v6e-1"
 
 @dataclass(frozen=True)
 class Generation:
-    """One TPU generation: memory, how chips are laid out, published peak rates."""
+    """One TPU generation: how its chips are laid out on one host, and (through :attr:`chip`,
+    the single table of :mod:`tpu_lab.estimate.chips`) its published figures."""
 
     name: str
-    hbm_per_device: int
     topologies: dict[int, tuple[int, ...]] = field(hash=False)
     devices_per_chip: int = 1
-    peak_bf16_tflops: float | None = None
-    hbm_gb_per_s: float | None = None
+
+    @property
+    def chip(self) -> Chip:
+        """The chip's published figures (peak rates, HBM, ICI, MXU), with their sources."""
+        return CHIPS[self.name]
+
+    @property
+    def device(self) -> Chip:
+        """What one device is (a plan's or a topology's unit): the chip, or its share of the
+        chip where the runtime shows several devices per chip (v7)."""
+        return self.chip.per_device(self.devices_per_chip)
+
+    @property
+    def hbm_per_device(self) -> int:
+        return self.chip.hbm_bytes // self.devices_per_chip
+
+    @property
+    def peak_bf16_tflops(self) -> float:
+        return self.chip.bf16_flops / 1e12
+
+    @property
+    def hbm_gb_per_s(self) -> float:
+        return self.chip.hbm_bandwidth / 1e9
 
     @property
     def display_name(self) -> str:
@@ -40,29 +61,13 @@ class Generation:
 GENERATIONS: dict[str, Generation] = {
     g.name: g
     for g in (
-        Generation("v4", 32 * GiB, {1: (1, 1, 1), 2: (1, 2, 1), 4: (2, 2, 1), 8: (2, 2, 2)}),
-        Generation(
-            "v5e",
-            16 * GiB,
-            {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1)},
-            peak_bf16_tflops=197.0,
-            hbm_gb_per_s=819.0,
-        ),
-        Generation("v5p", 95 * GiB, {1: (1, 1, 1), 2: (1, 2, 1), 4: (2, 2, 1), 8: (2, 2, 2)}),
-        Generation(
-            "v6e",
-            32 * GiB,
-            {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1)},
-            peak_bf16_tflops=918.0,
-            hbm_gb_per_s=1640.0,
-        ),
+        Generation("v4", {1: (1, 1, 1), 2: (1, 2, 1), 4: (2, 2, 1), 8: (2, 2, 2)}),
+        Generation("v5e", {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1)}),
+        Generation("v5p", {1: (1, 1, 1), 2: (1, 2, 1), 4: (2, 2, 1), 8: (2, 2, 2)}),
+        Generation("v6e", {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1)}),
         # v7: 192 GiB per chip, two devices per chip; counts are devices.
-        Generation(
-            "v7",
-            96 * GiB,
-            {2: (1, 1, 1, 2), 4: (1, 2, 1, 2), 8: (2, 2, 1, 2)},
-            devices_per_chip=2,
-        ),
+        Generation("v7", {2: (1, 1, 1, 2), 4: (1, 2, 1, 2), 8: (2, 2, 1, 2)},
+                   devices_per_chip=2),
     )
 }
 

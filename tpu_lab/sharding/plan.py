@@ -154,8 +154,12 @@ def _config(model):
 
 
 def _cfg(config, *names, default=None):
+    """The first of ``names`` the config sets; a per-block list (SDXL's ``attention_head_dim``
+    is [5, 10, 20]) counts as its largest entry."""
     for n in names:
         value = config.get(n) if isinstance(config, dict) else getattr(config, n, None)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
+            return max(value)
         if value is not None:
             return value
     return default
@@ -277,6 +281,31 @@ class Plan:
     seq: int | None = None
     notes: tuple[str, ...] = field(default=())
     hosts: int = 1
+    data: int = 1  # data-parallel replicas of the (tensor x fsdp) mesh
+    fsdp: int = 1  # chips that shard weights, gradients and optimizer state between them
+    image_size: tuple[int, int] | None = None
+    frames: int | None = None
+    obj: object = field(default=None, repr=False, compare=False)  # what was planned
+
+    @property
+    def total_chips(self) -> int:
+        """Every chip the plan uses: tensor parallel x FSDP x data parallel."""
+        return self.chips * self.fsdp * self.data
+
+    @property
+    def local_batch(self) -> int | None:
+        """The batch one tensor-parallel group runs (``batch / (data * fsdp)``)."""
+        return None if self.batch is None else self.batch // (self.data * self.fsdp)
+
+    def estimate(self, task: str = "forward", *, mode: str = "compiled",
+                 text_tokens: int | None = None):
+        """The estimated time of one ``task`` on the plan's chips (an estimate of an idealised
+        chip: :func:`tpu_lab.estimate.estimate_plan`): "forward" (``batch x seq`` tokens, or
+        one denoising step at ``image_size``), "train" (forward, backward, AdamW update) or
+        "decode" (one new token for each of ``batch`` sequences after ``seq`` cached ones)."""
+        from ..estimate.planner import estimate_plan
+
+        return estimate_plan(self, task, mode=mode, text_tokens=text_tokens)
 
     @property
     def topology(self) -> str | None:
@@ -306,7 +335,8 @@ class Plan:
 
     @property
     def weight_bytes_per_chip(self) -> tuple[int, ...]:
-        return self.layout.bytes_per_chip
+        """Weights at rest per chip: the tensor-parallel shard, cut ``fsdp`` ways by FSDP."""
+        return tuple(-(-b // self.fsdp) for b in self.layout.bytes_per_chip)
 
     @property
     def activation_bytes(self) -> int:
@@ -399,13 +429,23 @@ def plan(
     *,
     dtype: torch.dtype | None = None,
     image_size: tuple[int, int] | None = None,
+    frames: int | None = None,
+    data: int = 1,
+    fsdp: int = 1,
 ) -> Plan:
     """Plan ``obj`` (config, model or directory) over ``chips`` chips (default 4, or the count
     in ``generation='v6e-8'``) of ``generation``: weights per chip, an activation estimate for
     ``batch`` x ``seq`` tokens (``image_size=(h, w)``: ``h/16 * w/16`` image tokens, as with an
-    8x VAE and 2x2 patches), and whether it fits in HBM. ``tp_plan`` entries update the model's
-    own plan; ``dtype`` (e.g. ``torch.bfloat16``) overrides the floating-point weight dtype."""
+    8x VAE and 2x2 patches; ``frames=`` for video models), and whether it fits in HBM.
+    ``tp_plan`` entries update the model's own plan; ``dtype`` (e.g. ``torch.bfloat16``)
+    overrides the floating-point weight dtype. ``chips`` is the tensor-parallel group; ``fsdp``
+    more chips shard weights, gradients and optimizer state (MaxText's ``ici_fsdp``), and
+    ``data`` replicas of that mesh split the batch: ``chips * fsdp * data`` chips in all, and
+    ``batch`` is the global batch. :meth:`Plan.estimate` estimates its time."""
     gen, chips, hosts = _generation(generation, chips)
+    for name, value in (("data", data), ("fsdp", fsdp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ShardingError(f"{name} must be a positive integer, got {value!r}.")
     model, source = load_meta_model(obj)
     if image_size is not None:
         height, width = image_size
@@ -419,8 +459,15 @@ def plan(
     notes = []
     if (batch is None) != (seq is None):
         raise ShardingError("Pass both batch and seq (or image_size) for an activation estimate.")
+    replicas = data * fsdp
+    if batch is not None and batch % replicas:
+        raise ShardingError(
+            f"batch={batch} does not split over data={data} x fsdp={fsdp} = {replicas} "
+            f"replicas; pass a multiple of {replicas} (for example "
+            f"{replicas * max(1, batch // replicas)})."
+        )
     if batch is not None:
-        acts = activation_estimate(model, chips, batch, seq, used, layout)
+        acts = activation_estimate(model, chips, batch // replicas, seq, used, layout)
         notes.append("activations are an estimate (one forward; eager attention scores), "
                      "not a measurement")
     if chips not in gen.topologies and hosts == 1:
@@ -430,5 +477,9 @@ def plan(
         notes.append(f"tensor parallelism over all {chips} chips exchanges activations across "
                      f"{hosts} hosts at every layer; keep it within a host ({chips // hosts} "
                      "chips) and replicate across hosts (tpu_lab.sharding.hybrid)")
+    if replicas > 1:
+        notes.append(f"{chips * replicas} chips in all: tensor parallel {chips} x FSDP {fsdp} "
+                     f"x data parallel {data}; weights per chip are the tensor-parallel shard "
+                     f"cut {fsdp} ways")
     return Plan(type(model).__name__, source, chips, gen, layout, used, acts, batch, seq,
-                tuple(notes), hosts)
+                tuple(notes), hosts, data, fsdp, image_size, frames, obj)

@@ -30,6 +30,7 @@ VIEWS: dict[tuple[str, str], tuple[str, str]] = {
     ("tpu_lab.media.previews", "Preview"): ("tpu_lab.views.preview", "PreviewView"),
     ("tpu_lab.profiler.report", "Profile"): ("tpu_lab.views.profile", "ProfileView"),
     ("tpu_lab.numerics.parity", "ParityReport"): ("tpu_lab.views.parity", "ParityView"),
+    ("tpu_lab.estimate.result", "Estimate"): ("tpu_lab.views.estimate", "EstimateView"),
 }
 
 

@@ -1,0 +1,168 @@
+"""The inputs one step of a model takes, built on the meta device from its config and the
+plan's batch, sequence length or image size (no data, no weights).
+
+- transformers models: ``input_ids`` of ``batch x seq`` tokens (and ``labels`` to train a
+  causal LM); to decode, one new token per sequence after a static cache of ``seq`` tokens;
+- diffusers denoisers, one call at ``image_size`` (``h x w`` pixels; latents are 8x smaller,
+  as with every VAE these models ship with): Flux and Qwen-Image transformers (2x2 latent
+  patches), SDXL-style UNets, Wan (4x fewer latent frames, plus the first) and Latte video
+  transformers (``frames`` frames); text-encoder states of :data:`TEXT_TOKENS` tokens (the
+  pipelines' default lengths, ``text_tokens=`` to change);
+- a VAE (``AutoencoderKL``, ``AutoencoderKLWan``): one decode of the latents of one image or
+  clip, the way a pipeline runs it (text encoders are transformers models, planned like any).
+
+Classifier-free guidance runs the denoiser on twice the batch: plan ``batch=2 * images``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import ShardingError
+
+#: Text-encoder tokens each denoiser reads, from its pipeline's default: Flux's T5 prompt
+#: (``max_sequence_length=512``, padded to it), Qwen-Image's (``max_sequence_length=512``),
+#: SDXL's CLIP (77), Wan's T5 (512, padded), Latte's T5 (120).
+TEXT_TOKENS = {
+    "FluxTransformer2DModel": 512,
+    "QwenImageTransformer2DModel": 512,
+    "UNet2DConditionModel": 77,
+    "WanTransformer3DModel": 512,
+    "LatteTransformer3DModel": 120,
+}
+VIDEO = {"WanTransformer3DModel", "LatteTransformer3DModel", "AutoencoderKLWan"}
+VAES = {"AutoencoderKL", "AutoencoderKLWan"}
+
+
+@dataclass
+class Step:
+    """How to call the model once: ``call(model)`` returns the tensor a loss reads;
+    ``items`` ``unit`` is what the call produces."""
+
+    kwargs: dict[str, Any]
+    items: float
+    unit: str
+    method: str = "__call__"
+    labels: bool = False
+
+    def call(self, model: torch.nn.Module) -> torch.Tensor:
+        out = getattr(model, self.method)(**self.kwargs)
+        for name in ("loss", "sample", "logits", "last_hidden_state"):
+            value = getattr(out, name, None)
+            if isinstance(value, torch.Tensor):
+                return value
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _empty(*shape, dtype=torch.float32) -> torch.Tensor:
+    return torch.empty(*shape, device="meta", dtype=dtype)
+
+
+def _ids(*shape) -> torch.Tensor:
+    return torch.zeros(*shape, device="meta", dtype=torch.long)
+
+
+def is_diffusers(model: torch.nn.Module) -> bool:
+    return type(model).__module__.startswith("diffusers.")
+
+
+def family(model: torch.nn.Module) -> str:
+    """The model's class name when it is a diffusers model this module knows, "transformers"
+    for a transformers model; anything else is a :class:`ShardingError`."""
+    name = type(model).__name__
+    if is_diffusers(model):
+        if name in TEXT_TOKENS or name in VAES:
+            return name
+        known = ", ".join(sorted({*TEXT_TOKENS, *VAES}))
+        raise ShardingError(f"No estimate for diffusers' {name} yet; estimated: {known}.")
+    if hasattr(model, "config") and hasattr(model.config, "model_type"):
+        return "transformers"
+    raise ShardingError(
+        f"No estimate for a {name}: estimates cover transformers models and the diffusers "
+        f"models {', '.join(sorted({*TEXT_TOKENS, *VAES}))}."
+    )
+
+
+def _latent(size: tuple[int, int] | None, name: str) -> tuple[int, int]:
+    if size is None:
+        raise ShardingError(f"{name} needs image_size=(height, width) to estimate a step.")
+    h, w = size
+    return h // 8, w // 8
+
+
+def language_step(model, task: str, batch: int, seq: int, dtype) -> Step:
+    """The inputs of a transformers model for ``task`` ("forward", "train", "decode")."""
+    causal = model.get_output_embeddings() is not None if hasattr(
+        model, "get_output_embeddings") else False
+    if task == "decode":
+        if not causal:
+            raise ShardingError(f"{type(model).__name__} does not generate text: decode "
+                                "needs a causal language model.")
+        from transformers import StaticCache
+
+        cache = StaticCache(config=model.config, max_cache_len=seq)
+        name = "cache" if "cache" in inspect.signature(model.forward).parameters else (
+            "past_key_values")
+        kwargs = {"input_ids": _ids(batch, 1), name: cache, "use_cache": True,
+                  "cache_position": torch.full((1,), seq - 1, device="meta", dtype=torch.long)}
+        return Step(kwargs, batch, "tokens")
+    kwargs = {"input_ids": _ids(batch, seq), "use_cache": False}
+    if task == "train" and causal:
+        kwargs["labels"] = _ids(batch, seq)
+    return Step(kwargs, batch * seq, "tokens", labels=task == "train" and causal)
+
+
+def diffusion_step(model, batch: int, dtype, image_size, frames: int | None,
+                   text_tokens: int | None) -> Step:
+    """The inputs of one call of a diffusers denoiser or VAE."""
+    name, cfg = type(model).__name__, model.config
+    h, w = _latent(image_size, name)
+    tokens = text_tokens or TEXT_TOKENS.get(name, 0)
+    if name in VIDEO and not frames:
+        raise ShardingError(f"{name} makes video: pass frames= (for example frames=81).")
+    unit = "clips" if name in VIDEO else "images"
+    t = _empty(batch)
+    if name == "FluxTransformer2DModel":
+        n = (h // 2) * (w // 2)
+        kwargs = {"hidden_states": _empty(batch, n, cfg.in_channels, dtype=dtype),
+                  "encoder_hidden_states": _empty(batch, tokens, cfg.joint_attention_dim,
+                                                  dtype=dtype),
+                  "pooled_projections": _empty(batch, cfg.pooled_projection_dim, dtype=dtype),
+                  "timestep": t, "img_ids": _empty(n, 3), "txt_ids": _empty(tokens, 3)}
+        if cfg.guidance_embeds:
+            kwargs["guidance"] = _empty(batch)
+    elif name == "QwenImageTransformer2DModel":
+        n = (h // 2) * (w // 2)
+        kwargs = {"hidden_states": _empty(batch, n, cfg.in_channels, dtype=dtype),
+                  "encoder_hidden_states": _empty(batch, tokens, cfg.joint_attention_dim,
+                                                  dtype=dtype),
+                  "timestep": t, "img_shapes": [[(1, h // 2, w // 2)]] * batch}
+    elif name == "UNet2DConditionModel":
+        kwargs = {"sample": _empty(batch, cfg.in_channels, h, w, dtype=dtype), "timestep": t,
+                  "encoder_hidden_states": _empty(batch, tokens, cfg.cross_attention_dim,
+                                                  dtype=dtype)}
+        if cfg.addition_embed_type == "text_time":
+            text = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
+            kwargs["added_cond_kwargs"] = {"text_embeds": _empty(batch, text, dtype=dtype),
+                                           "time_ids": _empty(batch, 6, dtype=dtype)}
+    elif name == "WanTransformer3DModel":
+        kwargs = {"hidden_states": _empty(batch, cfg.in_channels, (frames - 1) // 4 + 1, h, w,
+                                          dtype=dtype),
+                  "timestep": t,
+                  "encoder_hidden_states": _empty(batch, tokens, cfg.text_dim, dtype=dtype)}
+    elif name == "LatteTransformer3DModel":
+        kwargs = {"hidden_states": _empty(batch, cfg.in_channels, frames, h, w, dtype=dtype),
+                  "timestep": t,
+                  "encoder_hidden_states": _empty(batch, tokens, cfg.caption_channels,
+                                                  dtype=dtype)}
+    elif name == "AutoencoderKLWan":
+        z = _empty(batch, cfg.z_dim, (frames - 1) // 4 + 1, h, w, dtype=dtype)
+        return Step({"z": z}, batch, unit, method="decode")
+    else:  # AutoencoderKL
+        z = _empty(batch, cfg.latent_channels, h, w, dtype=dtype)
+        return Step({"z": z}, batch, unit, method="decode")
+    return Step(kwargs, batch, unit)

@@ -1,0 +1,118 @@
+"""Running a model on the meta device for an estimate, the way a TPU would run it.
+
+Two parts of a model run differently on the meta device than on a TPU, and are replaced while
+it is recorded (on this model instance only; nothing global is patched):
+
+- **Attention.** ``scaled_dot_product_attention`` on meta tensors falls back to PyTorch's math
+  path, which writes the whole ``seq x seq`` score matrix to memory. A TPU runs a fused kernel
+  (splash/flash attention) that never does; :class:`FusedAttention` sends the call to
+  ``aten._scaled_dot_product_flash_attention`` (or the memory-efficient kernel when there is a
+  mask), whose FLOPs PyTorch's counter knows. Grouped key/value heads are broadcast to the
+  query heads as an expanded view, so that memory counts the shared heads once. transformers
+  models attend through the same function (:func:`use_fused_attention`), which also spares
+  them a materialised causal mask: a causal kernel computes its mask on chip.
+- **Mixture-of-experts.** A router's choice depends on the data, which the meta device does
+  not have. :func:`balance_experts` makes every expert module of transformers' MoE models
+  (those with stacked ``gate_up_proj``/``down_proj`` weights) process an equal share of the
+  routed tokens, ``tokens * top_k / num_experts`` each (the balanced routing a capacity
+  factor of 1 gives): the FLOPs of the active experts, each expert's weights read once.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+from torch.nn import functional
+from torch.overrides import TorchFunctionMode
+
+aten = torch.ops.aten
+
+
+def _broadcast_heads(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+    """``kv`` with its heads repeated to ``q``'s as a copy of an expanded view."""
+    hq, hk = q.shape[-3], kv.shape[-3]
+    if hq == hk:
+        return kv
+    b, s, d = kv.shape[0], kv.shape[-2], kv.shape[-1]
+    return kv[:, :, None].expand(b, hk, hq // hk, s, d).reshape(b, hq, s, d)
+
+
+def fused_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None, enable_gqa=False):
+    """``scaled_dot_product_attention`` as one fused attention op (see the module doc)."""
+    key, value = _broadcast_heads(query, key), _broadcast_heads(query, value)
+    if attn_mask is None:
+        return aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+    if attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)
+    grad = query.requires_grad and torch.is_grad_enabled()
+    return aten._scaled_dot_product_efficient_attention(
+        query, key, value, attn_mask.expand(*query.shape[:-2], query.shape[-2], key.shape[-2]),
+        grad, dropout_p, is_causal, scale=scale)[0]
+
+
+#: The name under which transformers models run :func:`fused_attention` (registered with
+#: transformers' ``AttentionInterface``; a model uses it only when set on that model).
+ATTENTION = "tpu_lab_estimate"
+
+
+def _transformers_attention(module, query, key, value, attention_mask, dropout=0.0,
+                            scaling=None, is_causal=None, **kwargs):
+    """transformers' attention-function signature over :func:`fused_attention`: no mask
+    (the name is not a mask-making implementation, so transformers makes none), causal
+    whenever the module is causal and more than one query attends."""
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    causal = query.shape[2] > 1 and attention_mask is None and causal
+    out = fused_attention(query, key, value, attention_mask, dropout, causal, scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_fused_attention(model: torch.nn.Module) -> None:
+    """Have a transformers ``model`` (and only it) attend with :func:`fused_attention`."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, _transformers_attention)
+    model.set_attn_implementation(ATTENTION)
+
+
+class FusedAttention(TorchFunctionMode):
+    """Inside it, ``functional.scaled_dot_product_attention`` runs as :func:`fused_attention`."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is functional.scaled_dot_product_attention:
+            return fused_attention(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def _linear(module, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w if getattr(module, "is_transposed", False) else functional.linear(x, w)
+
+
+def _balanced(self, hidden_states, top_k_index, top_k_weights):
+    """An expert module's forward with the routed tokens shared equally among the experts."""
+    tokens, top_k = hidden_states.shape[0], top_k_index.shape[-1]
+    per = max(1, math.ceil(tokens * top_k / self.num_experts))
+    rows = min(per, tokens)
+    weight = top_k_weights.reshape(-1)[:rows, None].to(hidden_states.dtype)
+    out = torch.zeros_like(hidden_states)
+    for e in range(self.num_experts):
+        x = hidden_states[:rows]
+        gate, up = _linear(self, x, self.gate_up_proj[e]).chunk(2, dim=-1)
+        y = _linear(self, self.act_fn(gate) * up, self.down_proj[e])
+        out = out.index_add(0, torch.arange(rows, device=out.device), y * weight)
+    return out
+
+
+def balance_experts(model: torch.nn.Module) -> int:
+    """Give every stacked-expert module of ``model`` the balanced forward; returns how many."""
+    count = 0
+    for module in model.modules():
+        stacked = (getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None))
+        if (all(isinstance(p, torch.nn.Parameter) and p.dim() == 3 for p in stacked)
+                and hasattr(module, "num_experts") and hasattr(module, "act_fn")):
+            module.forward = types.MethodType(_balanced, module)
+            count += 1
+    return count

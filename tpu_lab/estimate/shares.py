@@ -1,0 +1,97 @@
+"""What one chip does of each op under tensor parallelism, from the parameters a plan splits.
+
+A program recorded on the unsharded model says what the whole mesh computes. Given the share
+of each parameter one chip holds (``1/tp`` for a split weight, 1 for a replicated one), each
+value gets a share too, op by op, the way Megatron-style tensor parallelism (transformers'
+and diffusers' ``tp_plan`` styles, torch's ``ColwiseParallel``/``RowwiseParallel``) runs:
+
+- a matmul (``mm``, ``bmm``, ``addmm``, ``baddbmm``, a convolution) with one split operand makes
+  a split result: each chip computes its part (the column-parallel layer, and the backward of a
+  row-parallel one);
+- a matmul with both operands split contracts over the split dimension: each chip holds a
+  full-size partial sum, and the next op that reads it first waits for an all-reduce (the
+  row-parallel layer, and the backward of a column-parallel one);
+- an embedding lookup into a split table makes a partial sum the same way (vocab-parallel);
+- attention and every other op make results split like their inputs; an op whose inputs are
+  all whole runs whole on every chip (norms, residual adds, the loss on replicated values).
+
+Logits stay split over the chips (a vocab-parallel loss); the small all-reduces such a loss
+needs for its maximum and sum are not counted.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .ops import is_view, op_numbers
+from .trace import Program, Record
+
+aten = torch.ops.aten
+
+#: The two matrix operands of each matmul op (argument positions among its tensor inputs).
+MATMUL_OPERANDS = {
+    aten.mm: (0, 1), aten.bmm: (0, 1), aten.addmm: (1, 2), aten.baddbmm: (1, 2),
+    aten.convolution: (0, 1), aten._convolution: (0, 1),
+}
+#: Lookups into a table (argument 0) whose result is a partial sum when the table is split.
+LOOKUPS = {aten.embedding}
+
+
+def split(program: Program, tp: int, chip) -> Program:
+    """``program`` with each value's and op's share set for ``tp``-way tensor parallelism (the
+    parameters' shares must already be set) and an all-reduce before each read of a partial
+    sum. Returns a new program over the same values."""
+    from .constants import assumptions
+
+    a = assumptions()
+    values = program.values
+    out = Program(values=values)
+    partial: set[int] = set()
+
+    def reduce(v: int) -> None:
+        base = values[v].base
+        if base in partial:
+            out.records.append(Record(None, (v,), (), collective=(
+                "all_reduce", tp, "ici", values[v].nbytes)))
+            partial.discard(base)
+
+    for r in program.records:
+        if r.sig is None:
+            out.records.append(r)
+            continue
+        func = r.sig.func
+        shares = [values[v].share for v in r.ins]
+        packet = getattr(func, "_overloadpacket", None)
+        if is_view(func):
+            share = shares[0] if shares else 1.0
+            for v in r.outs:
+                values[v].share = share
+            out.records.append(r)
+            continue
+        for v in r.ins:
+            reduce(v)
+        makes_partial = False
+        if packet in MATMUL_OPERANDS and len(shares) > max(MATMUL_OPERANDS[packet]):
+            x, w = (shares[i] for i in MATMUL_OPERANDS[packet])
+            share = min(x, w)
+            makes_partial = x < 1 and w < 1
+        elif packet in LOOKUPS and shares and shares[0] < 1:
+            share, makes_partial = shares[0], True
+        elif op_numbers(r.sig, chip, a).flops and shares:
+            share = shares[0]
+        else:
+            share = min(shares, default=1.0)
+        if str(packet).startswith("aten._foreach_"):
+            for k, v in enumerate(r.outs):
+                values[v].share = shares[k] if k < len(shares) else 1.0
+            out.records.append(Record(r.sig, r.ins, r.outs, 1.0, None, r.scale))
+            continue
+        for v in r.outs:
+            values[v].share = 1.0 if makes_partial else share
+            if makes_partial:
+                partial.add(values[v].base)
+        out.records.append(Record(r.sig, r.ins, r.outs, share, None, r.scale))
+    for v in sorted(partial):
+        out.records.append(Record(None, (v,), (), collective=(
+            "all_reduce", tp, "ici", values[v].nbytes)))
+    return out

@@ -1,0 +1,109 @@
+"""An :class:`~tpu_lab.estimate.result.Estimate` as a picture: the estimated time, labelled an
+estimate of an idealised chip, how it splits between compute, HBM, collectives and launches,
+the verdict on HBM, and the ops that dominate (text and HTML from the same facts; the roofline
+figure is :func:`tpu_lab.estimate.roofline`)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ..estimate.result import LABEL, Estimate
+from ..runtime.memory import format_bytes
+from .base import View, clip, esc, terminal_width
+
+
+def seconds_text(s: float) -> str:
+    """``0.0123`` -> ``'12.3 ms'``."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s * 1e9:.3g} ns"
+
+
+def flops_text(n: float) -> str:
+    """``2.2e12`` -> ``'2.2 TFLOP'``."""
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} FLOP"
+
+
+def _count(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _facts(e: Estimate) -> list[str]:
+    per = f" per chip of {e.chips}" if e.chips > 1 else ""
+    rate = ""
+    if e.throughput:
+        rate = f"; {_count(e.throughput)} {e.unit}/s on all chips"
+    split = (f"time terms: MXU {seconds_text(e.compute_seconds)}, HBM "
+             f"{seconds_text(e.memory_seconds)}")
+    if e.collective_seconds:
+        overlap = "" if e.mode == "eager" else " (overlapping the ops)"
+        split += f", collectives {seconds_text(e.collective_seconds)}{overlap}"
+    split += f", launches {seconds_text(e.launch_seconds)}"
+    traffic = f"HBM {format_bytes(int(e.hbm_bytes))}"
+    if e.ici_bytes:
+        traffic += f", ICI {format_bytes(int(e.ici_bytes))} sent"
+    if e.dcn_bytes:
+        traffic += f", DCN {format_bytes(int(e.dcn_bytes))} sent"
+    facts = [
+        f"Estimated TPU time ({LABEL}, not a measurement): {e.title or 'program'}",
+        f"{seconds_text(e.seconds)} on {e.chip.product} ({e.mode}), {e.bound}-bound{rate}",
+        f"{flops_text(e.flops)}{per} (padded to the {e.chip.mxu}x{e.chip.mxu} MXU: "
+        f"{flops_text(e.padded_flops)}, waste {e.padding_waste:.1%}); MXU utilisation "
+        f"{e.mxu_utilisation:.1%}; {traffic}",
+        split,
+    ]
+    if e.verdict:
+        facts.append(e.verdict)
+    return facts
+
+
+_HEAD = ("op", "count", "time", "share", "bound", "FLOPs", "HBM")
+
+
+def _rows(e: Estimate, top: int) -> list[tuple[str, ...]]:
+    total = e.seconds or 1.0
+    return [(f"{o.name} {o.shapes}".strip(), str(o.count), seconds_text(o.seconds),
+             f"{o.seconds / total:.1%}", o.bound, flops_text(o.flops) if o.flops else "-",
+             format_bytes(int(o.hbm_bytes)) if o.hbm_bytes else "-") for o in e.top(top)]
+
+
+class EstimateView(View):
+    """An estimate: its facts, then its ``top`` most expensive ops."""
+
+    def __init__(self, estimate: Estimate, top: int = 8) -> None:
+        self.estimate = estimate
+        self.top = top
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        lines = [w for f in _facts(self.estimate)
+                 for w in textwrap.wrap(f, width, subsequent_indent="  ")]
+        rows = _rows(self.estimate, self.top)
+        name = max([len(_HEAD[0]), *(len(r[0]) for r in rows)])
+        name = min(name, max(width - 60, 12))
+        lines.append(clip(f"  {_HEAD[0]:<{name}} {_HEAD[1]:>6} {_HEAD[2]:>9} {_HEAD[3]:>6} "
+                          f"{_HEAD[4]:<10} {_HEAD[5]:>11} {_HEAD[6]:>10}", width))
+        for r in rows:
+            lines.append(clip(f"  {clip(r[0], name):<{name}} {r[1]:>6} {r[2]:>9} {r[3]:>6} "
+                              f"{r[4]:<10} {r[5]:>11} {r[6]:>10}", width))
+        hidden = len(self.estimate.ops) - len(rows)
+        if hidden > 0:
+            lines.append(f"  ... {hidden} more")
+        lines += [w for n in self.estimate.notes
+                  for w in textwrap.wrap(f"note: {n}", width, subsequent_indent="  ")]
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        facts = _facts(self.estimate)
+        head = "".join(f"<th>{esc(h)}</th>" for h in _HEAD)
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>"
+                       for r in _rows(self.estimate, self.top))
+        notes = "".join(f"<li>{esc(n)}</li>" for n in self.estimate.notes)
+        return (f"<div><b>{esc(facts[0])}</b><br>"
+                + "<br>".join(esc(f) for f in facts[1:])
+                + f"<table><tr>{head}</tr>{body}</table>"
+                + (f"<ul style='font-size:smaller'>{notes}</ul>" if notes else "") + "</div>")
