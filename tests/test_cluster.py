@@ -175,6 +175,26 @@ def test_transformers_tp_plan_auto_matches_tp1(cluster, models):
     assert result.result["text/plain"] == "'(Shard(dim=0),)'"
 
 
+def test_a_widget_on_an_engine_keeps_the_reply_in_a_shell_without_a_kernel(cluster):
+    """A terminal IPython has no kernel to relay an engine's comm messages (a progress bar
+    from_pretrained shows); the cell's result must still arrive whole."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    had_shell = InteractiveShell.initialized()
+    InteractiveShell.instance()
+    try:
+        result = cluster.run_cell(
+            "import ipywidgets\n"
+            "from IPython.display import display\n"
+            "display(ipywidgets.IntProgress(value=3, max=4))\n"
+            "6 * 7\n"
+        )
+    finally:
+        if not had_shell:
+            InteractiveShell.clear_instance()
+    assert result.result["text/plain"] == "42"
+
+
 def test_a_rank_that_raises_is_reported_and_the_cluster_goes_on(cluster):
     with pytest.raises(SpmdError) as info:
         cluster.run_cell(

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..errors import SpmdError
 from . import _engine
+from ._client import client
 from ._launch import PARENT_ENV
 from .spmd_result import RankFailure, SpmdResult, failure_message, gather, lost_hosts_message
 
@@ -171,7 +172,7 @@ class Cluster:
                     rank_env,
                     os.path.join(logs, f"engine-{rank}.log"),
                 )
-            self._client = cluster.connect_client_sync()
+            self._client = _connect(cluster, timeout_s)
             self._client.wait_for_engines(self.world_size, timeout=timeout_s, interactive=False)
             ids = sorted(self._client.ids)[: self.world_size]
             store = os.path.join(self._folder, "store")
@@ -427,6 +428,19 @@ class Cluster:
             self.topology.name, self.state, self.ready_seconds, self.backend, ranks,
             tuple(self.hosts().items()),
         )  # fmt: skip
+
+
+def _connect(cluster, timeout_s: float):
+    """A client of ``cluster`` (an ``ipyparallel.Cluster`` whose controller started) once its
+    controller has written the client's connection file."""
+    path = cluster.controller.connection_files["client"]
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the controller wrote no connection file in {timeout_s:.0f} s")
+        time.sleep(0.05)
+    return client(path, cluster=cluster, profile_dir=cluster.profile_dir,
+                  cluster_id=cluster.cluster_id)  # fmt: skip
 
 
 def _alive(pid: int) -> bool:

@@ -21,6 +21,7 @@ import time
 
 from ..errors import SpmdError
 from . import _engine
+from ._client import client
 from .cluster import COLLECTIVE_TIMEOUT_S, Cluster, Rank, adopt
 
 
@@ -45,8 +46,6 @@ class ConnectedCluster(Cluster):
         self._asked_topology = topology
 
     def start(self, timeout_s: float = 120.0) -> ConnectedCluster:
-        import ipyparallel as ipp
-
         if self.state != "stopped":
             raise SpmdError(f"The cluster is already {self.state}; stop() it first.")
         started = time.perf_counter()
@@ -55,7 +54,7 @@ class ConnectedCluster(Cluster):
         given = {k: v for k, v in self._where_from.items() if v}
         where = {k: v for k, v in given.items() if k != "url_file"}
         try:  # ipyparallel takes the connection file as its first argument
-            self._client = ipp.Client(given.get("url_file"), **where, timeout=timeout_s)
+            self._client = client(given.get("url_file"), **where, timeout=timeout_s)
         except (OSError, TimeoutError) as exc:
             self.state = "stopped"
             raise SpmdError(
