@@ -25,3 +25,14 @@ def use_lowering():
 
     with contextlib.ExitStack() as stack:
         yield lambda name: stack.enter_context(lowering(name))
+
+
+@pytest.fixture(scope="session")
+def docs_site(tmp_path_factory):
+    """The documentation site of this checkout, built once per test run as ``make docs`` builds
+    it (strict): (the build's CompletedProcess, the site's folder)."""
+    pytest.importorskip("sphinx", reason="sphinx is missing: pip install 'tpu-lab[docs]'")
+    from _docs import ROOT, build
+
+    site = tmp_path_factory.mktemp("site")
+    return build(ROOT, site), site

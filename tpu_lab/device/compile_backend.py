@@ -23,8 +23,10 @@ import torch
 
 from . import unsigned
 
-#: Environment variable: how compiled graphs run on the CPU ("inductor" or "aten"), read once,
-#: at the first compilation.
+#: Environment variable: how ``torch.compile(backend="tpu")`` graphs run on the CPU, read once,
+#: at the first compilation: ``inductor`` (default: compiled C++, fast, slow to compile) or
+#: ``aten`` (the ATen graph as is, instant); ``lowering("aten")`` in this module chooses it for
+#: a block.
 LOWERING_ENV = "TPU_LAB_COMPILE_LOWERING"
 LOWERINGS = ("inductor", "aten")
 _CPU = torch.device("cpu")

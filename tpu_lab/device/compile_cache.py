@@ -12,10 +12,11 @@ at once (it does not defer or fuse, so the mode is not faster here, and the numb
 of ``DEFER_NEVER``). What it simulates is *which* sync points would compile and why. The
 device's :class:`CompileCache` holds the graphs (with explanations in the event log) and counts
 the single ops that kernels written in Python run (the TPU numerics emulation's), without
-events; the compiled core counts its own (``core/csrc/opcache.cpp``), and :meth:`stats` adds
-them up. A matmul's or convolution's precision (``torch.tpu.precision``) and
-``torch.tpu.allow_excess_precision`` are part of every key, as they are of TorchTPU's
-executables. Ops are recorded per thread: each thread's graph ends at its own sync points.
+events; the compiled core counts its own (``core/csrc/opcache.cpp``), and
+:meth:`CompileCache.stats` adds them up. A matmul's or convolution's precision
+(``torch.tpu.precision``) and ``torch.tpu.allow_excess_precision`` are part of every key, as
+they are of TorchTPU's executables. Ops are recorded per thread: each thread's graph ends at its
+own sync points.
 """
 
 from __future__ import annotations

@@ -83,7 +83,8 @@ def refuse_inside_compile() -> None:
         raise RuntimeError("A compiled graph cannot select how to dispatch eager ops.")
 
 
-#: Environment variable: ``tpu`` turns the TPU numerics emulation on at start (read once);
+#: Environment variable: ``tpu`` turns the TPU numerics emulation on at start (read once):
+#: "tpu" float32 matmuls and convolutions as the MXU computes them at ``torch.tpu.precision``;
 #: default ``cpu`` (``tpu_lab.numerics.emulate`` switches at run time).
 NUMERICS_ENV = "TPU_LAB_NUMERICS"
 

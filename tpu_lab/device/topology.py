@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from ..errors import TopologyError
 from ..estimate.chips import CHIPS, Chip
 
-#: Environment variable read once, at first use, to choose the simulated topology.
+#: Environment variable read once, at first use: the simulated generation and chip count,
+#: default ``v6e-1``; ``v4-{1,2,4,8}``, ``v5e-{1,4,8}``, ``v5p-{1,2,4,8}``, ``v6e-{1,4,8}``,
+#: ``v7-{2,4,8}`` (also ``tpu_lab.use_topology("v5e-8")`` or ``%tpu use``).
 TOPOLOGY_ENV = "TPU_LAB_TOPOLOGY"
 #: The topology used when neither the API nor ``TPU_LAB_TOPOLOGY`` chose one.
 DEFAULT_TOPOLOGY = "v6e-1"

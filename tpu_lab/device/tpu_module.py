@@ -25,6 +25,8 @@ from ..errors import NotSimulatedError
 from . import modes, streams
 from .compile_cache import PerfStats
 
+#: Environment variable (TorchTPU's own): ``1`` makes ``torch.tpu.is_available()`` and the other
+#: internal device APIs warn instead of raising, as in TorchTPU; unset by default.
 LEGACY_ENV = "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS"
 
 #: TorchTPU's list of dtypes accepted by ``torch.autocast("tpu", dtype=...)``.

@@ -80,7 +80,7 @@ def tensor_leaves(args: tuple, kwargs: dict | None) -> list[torch.Tensor]:
 
 
 class Recorder(TorchDispatchMode):
-    """Records every aten op run inside it into :attr:`program` (the tensors it saw are kept
+    """Records every aten op run inside it into its ``program`` (the tensors it saw are kept
     alive until the recorder is dropped, so that their identities stay unique)."""
 
     def __init__(self) -> None:

@@ -35,7 +35,7 @@ __all__ = [
     "reset",
 ]
 
-#: Environment variable: ``0`` disables recording (read once, at install).
+#: Environment variable: ``0`` records no events (read once, at install); default ``1``.
 EVENTS_ENV = "TPU_LAB_EVENTS"
 
 

@@ -43,7 +43,7 @@ def _clean(name: str) -> str:
 
 
 def explain_guard(reason: str) -> Explanation:
-    """Explain one Dynamo guard-failure reason (the text after ``N/M: ``)."""
+    """Explain one Dynamo guard-failure reason (the text after ``N/M:``)."""
     text = reason.split("\n", 1)[0].strip()
     text = re.sub(r"^\d+/\d+: ", "", text)
     if m := _SIZE.search(text):

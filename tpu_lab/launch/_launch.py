@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 
+#: Internal: the process id of the tpu_lab process that started a cluster's controller and
+#: engines (each exits when that process is gone).
 PARENT_ENV = "TPU_LAB_CLUSTER_PARENT"
 
 

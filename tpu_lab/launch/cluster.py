@@ -38,7 +38,7 @@ from ._client import client
 from ._launch import PARENT_ENV
 from .spmd_result import RankFailure, SpmdResult, failure_message, gather, lost_hosts_message
 
-#: Environment variable marking every process of one cluster (used to find and stop them).
+#: Internal: marks every process of one ``%tpu cluster`` (used to find and stop them).
 CLUSTER_ENV = "TPU_LAB_CLUSTER"
 #: Seconds a collective may wait for the other ranks before gloo gives up.
 COLLECTIVE_TIMEOUT_S = 120.0

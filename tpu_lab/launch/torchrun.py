@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from ..device.launch_env import host_environment, set_tpu_launch_env, topology_for
 from ..errors import SpmdError
 
-#: Marks every process of one launch (tests use it to check that none is left).
+#: Internal: marks every process of one ``python -m tpu_lab.torchrun`` launch (tests use it to
+#: check that none is left).
 LAUNCH_ENV = "TPU_LAB_TORCHRUN"
 def prepare_launch(
     nproc: int, generation: str | None = None, *, nnodes: int = 1, node_rank: int = 0

@@ -3,14 +3,14 @@
 ``Trajectory(pipe)`` is a step callback: pass it as ``callback_on_step_end=traj`` (with
 ``callback_on_step_end_tensor_inputs=["latents"]``). Each captured step copies the latents to
 the host; the callback runs between steps, outside the compiled transformer/UNet, so capture
-adds no graph break and no recompilation. Decoding waits until :meth:`frames` / :meth:`video`:
-through the pipeline's VAE when it has one (``latents / scaling_factor + shift_factor``), else
-the latents are the images (1 or 3 channels, in [-1, 1]; other channel counts show their first
-three channels stretched from min..max).
+adds no graph break and no recompilation. Decoding waits until :meth:`Trajectory.frames` /
+:meth:`Trajectory.video`: through the pipeline's VAE when it has one (``latents /
+scaling_factor + shift_factor``), else the latents are the images (1 or 3 channels, in [-1, 1];
+other channel counts show their first three channels stretched from min..max).
 
 Pipelines without ``callback_on_step_end`` (``DDPMPipeline``, ``DiTPipeline`` in diffusers
 0.42) are captured by wrapping their scheduler's ``step`` for the duration of a ``with traj:``
-block; :meth:`run` picks the right way for any pipeline.
+block; :meth:`Trajectory.run` picks the right way for any pipeline.
 """
 
 from __future__ import annotations

@@ -184,8 +184,8 @@ def _ends(pipe, prompts: list[str], latents, guidance: float) -> list[tuple[Any,
 def follows_direction(pipe, seed: int = 7, guidance: float = GUIDANCE) -> dict[str, int]:
     """Does ``pipe`` move the object the way the direction word says? Each object of
     :data:`DIRECTION_OBJECTS` with each direction of ``shapes_world.TRAVEL`` (16 prompts), an
-    object's four prompts from the same noise; counts the clips whose object travelled
-    ``shapes_world.MIN_TRAVEL``+ pixels "the word's way", "the other way", "too little" (as
+    object's four prompts from the same noise; counts the clips whose object travelled at least
+    ``shapes_world.MIN_TRAVEL`` pixels "the word's way", "the other way", "too little" (as
     :func:`shapes_world.judge_clip` measures it), or had "no object" in the first or last
     frame."""
     prompts = [f"{o} {d} on a black background" for o in DIRECTION_OBJECTS for d in world.TRAVEL]
@@ -205,11 +205,11 @@ def follows_the_noise(pipe, seed: int = 7, guidance: float = GUIDANCE) -> dict[s
     """What ``pipe`` takes from the noise rather than from the prompt. Each object of
     :data:`DIRECTION_OBJECTS` moving right and moving down (8 prompts) from noise and from the
     same noise mirrored along the motion's axis: "mirrored with the noise" counts the prompts
-    whose two clips travel :data:`shapes_world.MIN_TRAVEL`+ pixels in opposite directions (the
-    side the object starts from is the noise's, whatever the word says). The four objects
-    growing (by :data:`shapes_world.MIN_GROWTH`+ pixels, the judge's rule) from that noise and
-    from it reversed in time: "grows" and "grows with the noise reversed" (the model knows
-    which frame comes first)."""
+    whose two clips travel at least :data:`shapes_world.MIN_TRAVEL` pixels in opposite directions
+    (the side the object starts from is the noise's, whatever the word says). The four objects
+    growing (by at least :data:`shapes_world.MIN_GROWTH` pixels, the judge's rule) from that
+    noise and from it reversed in time: "grows" and "grows with the noise reversed" (the model
+    knows which frame comes first)."""
     moving = [f"{o} {d} on a black background" for d in ("moving right", "moving down")
               for o in DIRECTION_OBJECTS]  # fmt: skip
     noise = _noise(len(DIRECTION_OBJECTS), seed).repeat(2, 1, 1, 1, 1)

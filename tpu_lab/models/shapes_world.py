@@ -440,8 +440,8 @@ def travel(start: Blob, end: Blob, motion: str) -> float:
 def judge_clip(frames, prompt: str) -> Verdict:
     """Does the clip (``(T, H, W, 3)``) show ``prompt``? Checks the first and last quarter of
     the frames: the object's colour and shape at the start, the background, and the motion (its
-    centre moved :data:`MIN_TRAVEL`+ pixels the right way, it grew by :data:`MIN_GROWTH`+
-    pixels, or it has the target colour at the end)."""
+    centre moved at least :data:`MIN_TRAVEL` pixels the right way, it grew by at least
+    :data:`MIN_GROWTH` pixels, or it has the target colour at the end)."""
     request = parse(prompt)
     frames = [_as_uint8(f) for f in frames]
     q = max(1, len(frames) // 4)

@@ -2,11 +2,11 @@
 
 :func:`parity` copies the model to the CPU and to "tpu", runs the same inputs through both with
 a forward hook on every module, then (``backward=True``) the backward pass of the sum of the
-output, and compares per module: its output (max |difference|, and relative to max |CPU value|)
-and the gradients of its own parameters. On the bundled device the numbers are the CPU's, so
-every row reads ``0`` (bitwise) unless the TPU numerics emulation (:mod:`.emulation`) is on
-(the title then says so); on a real
-TPU the rows show where the TPU's numerics part from the CPU's, layer by layer.
+output, and compares per module: its output (the largest absolute difference, and relative to
+the largest absolute CPU value) and the gradients of its own parameters. On the bundled device
+the numbers are the CPU's, so every row reads ``0`` (bitwise) unless the TPU numerics emulation
+(:mod:`.emulation`) is on (the title then says so); on a real TPU the rows show where the TPU's
+numerics part from the CPU's, layer by layer.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ import threading
 from ..errors import BackendConflictError, DeviceCoreError
 from .base import Backend
 
+#: Environment variable: which device "tpu" is: ``auto`` (default: TorchTPU where it is
+#: installed and a TPU is present, else the bundled device), ``bundled`` or ``torchtpu``.
 BACKEND_ENV = "TPU_LAB_BACKEND"
 _CHOICES = ("auto", "bundled", "torchtpu")
 

@@ -21,7 +21,8 @@ import os
 import sys
 from pathlib import Path
 
-#: Environment variable: ``0`` leaves ``import torch_tpu`` failing where TorchTPU is absent.
+#: Environment variable: ``0`` leaves ``import torch_tpu`` failing where TorchTPU is absent
+#: (no stand-in); default ``1``.
 STANDIN_ENV = "TPU_LAB_TORCH_TPU_STANDIN"
 #: The folder whose package is loaded as ``torch_tpu``.
 PACKAGE_DIR = Path(__file__).with_name("_torch_tpu")
