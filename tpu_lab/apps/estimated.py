@@ -1,8 +1,8 @@
 """The estimated TPU time of a demo's request, shown beside its host time: each part of the
 pipeline (the denoiser's steps, the text encoders, the VAE's decode) estimated from its config on
-the meta device (:meth:`tpu_lab.sharding.Plan.estimate` of one call, in the request's mode: eager
-pays a launch per op, fuse and compiled one per call), times the calls the request makes of it,
-on the chips the request runs on. An estimate of an idealised chip, never a
+the meta device (:meth:`tpu_lab.sharding.plan.Plan.estimate` of one call, in the request's
+mode: eager pays a launch per op, fuse and compiled one per call), times the calls the request
+makes of it, on the chips the request runs on. An estimate of an idealised chip, never a
 measurement (``docs/estimates.md``).
 
 A demo says what its pipeline runs for a request as :class:`Call` s (it knows where its pipeline
@@ -32,7 +32,7 @@ _KEEP = 64
 @dataclass(frozen=True)
 class Call:
     """``calls`` calls of the pipeline's ``component`` in one request, each one forward of its
-    model as :meth:`~tpu_lab.sharding.Plan.estimate` takes it: ``batch``, with ``seq`` tokens
+    model as :meth:`~tpu_lab.sharding.plan.Plan.estimate` takes it: ``batch``, with ``seq`` tokens
     (a text encoder) or ``image_size`` (``frames``, ``text_tokens``: a denoiser or a VAE's
     decode). ``split``: the call runs tensor parallel over the request's chips (with ``tp_plan``
     added to the model's own plan); otherwise every chip runs it whole."""
@@ -131,8 +131,8 @@ def generation_of(chips: int) -> str:
 
 
 def _config(module) -> Any:
-    """What :func:`tpu_lab.sharding.plan` builds ``module``'s model from: a transformers config,
-    or a diffusers config with its class name."""
+    """What :func:`tpu_lab.sharding.plan.plan` builds ``module``'s model from: a transformers
+    config, or a diffusers config with its class name."""
     config = module.config
     if hasattr(config, "to_json_string"):
         return config
