@@ -73,6 +73,8 @@ def test_four_chips_give_the_one_chip_image_and_say_what_each_held(client):
     held = report["chips"]["transformer"]
     assert len(held) == 4 and len(set(held)) == 1
     assert "On 4 chips (v6e-4, tensor parallel): each chip held transformer:" in html
+    assert report["estimate"]["chips"] == 4
+    assert "(not a measurement), on 4 chips, tensor parallel, eager: transformer " in html
     with Image.open(one) as a, Image.open(four) as b:
         diff = np.abs(np.asarray(a).astype(int) - np.asarray(b).astype(int))
     assert diff.max() <= 1  # float32 TP=4 vs TP=1, then rounded to 8 bits
