@@ -143,7 +143,8 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "plan",
-            "plan how MODEL (a config, a model on the meta device, or a path) fits on the chips",
+            "plan how MODEL (a config, a model on the meta device, or a path) fits on the chips "
+            "and, given a step (--batch and --seq, or --image-size), estimate its time",
             (
                 Arg(("model",), {"metavar": "MODEL"}, "variable"),
                 Arg(("--chips",), {"type": int, "metavar": "N",
