@@ -157,3 +157,29 @@ def test_cli_reports_a_bad_model_path(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("tpu-lab demo digits: --model ")
     assert "no model_index.json there" in err
+
+
+def test_the_report_estimates_the_tpu_time_of_the_request(client, server):
+    from tpu_lab.session import current_topology
+    from tpu_lab.sharding import plan
+    from tpu_lab.views.estimate import seconds_text
+
+    _, _, html, report = _call(client, count=3, steps=5, guidance=1.5)
+    unet = server.demo.pipe.unet
+    generation = current_topology()[0]
+    step = plan({"_class_name": "UNet2DModel", **unet.config}, chips=1, generation=generation,
+                batch=6, image_size=(8, 8)).estimate("forward", mode="eager")  # CFG: 2 x 3
+    estimate = report["estimate"]
+    assert estimate["parts"] == [{"part": "UNet", "model": "UNet2DModel", "calls": 5,
+                                  "seconds": 5 * step.seconds, "bound": step.bound}]
+    assert estimate["seconds"] == 5 * step.seconds
+    assert estimate["seconds_per_image"] == 5 * step.seconds / 3
+    label = f"estimated on an idealised TPU {generation} (not a measurement)"
+    assert estimate["label"] == label and estimate["mode"] == "eager"
+    assert (f"TPU time: {seconds_text(5 * step.seconds / 3)} per image, {label}, on 1 chip, "
+            f"eager: UNet {seconds_text(5 * step.seconds)} (5 x UNet2DModel, "
+            f"{step.bound}-bound)") in html
+    *_, unguided = _call(client, count=3, steps=5, guidance=1, mode=COMPILED.value)
+    step = plan({"_class_name": "UNet2DModel", **unet.config}, chips=1, generation=generation,
+                batch=3, image_size=(8, 8)).estimate("forward", mode="compiled")
+    assert unguided["estimate"]["seconds"] == 5 * step.seconds

@@ -131,6 +131,16 @@ def test_each_diffusion_family_estimates_one_call_at_image_size(config, kw, unit
     assert e.items == kw.get("batch", 1)
 
 
+def test_a_pixel_unet_runs_on_a_sample_of_image_size_with_its_class_labels():
+    from tpu_lab.models.digits import UNET_CONFIG
+
+    unet = {"_class_name": "UNet2DModel", **UNET_CONFIG}
+    e = plan(unet, chips=1, image_size=(8, 8), batch=3).estimate("forward")
+    assert e.unit == "images" and e.items == 3
+    assert any(o.name == "aten.convolution" and o.shapes == "3x32x8x8" for o in e.ops)
+    assert any("embedding" in o.name for o in e.ops)  # the class embedding
+
+
 def test_a_diffusion_transformer_trains_and_splits_over_its_tp_plan():
     one = plan(FLUX, chips=1, image_size=(64, 64), dtype=BF16).estimate("train")
     two = plan(FLUX, chips=2, image_size=(64, 64), dtype=BF16).estimate("train")

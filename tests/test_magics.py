@@ -402,9 +402,15 @@ def fakes(monkeypatch):
 
         return fn
 
+    def plan(*args, **kwargs):
+        calls.append(("plan", args, kwargs))
+        planned = Shown("plan called")
+        planned.estimate = record("estimate", "an estimate")
+        return planned
+
     sharding = types.ModuleType("tpu_lab.sharding")
     sharding.view = record("view")
-    sharding.plan = record("plan")
+    sharding.plan = plan
     cluster = types.ModuleType("tpu_lab.launch.cluster")
 
     # The contract of tpu_lab.launch.cluster: current() raises until a cluster was started,
@@ -476,14 +482,54 @@ def test_plan_passes_the_arguments(shell, fakes, tmp_path):
     run(shell, "%tpu plan config --chips 4 --generation v6e --batch 2 --seq 128 --dtype bfloat16")
     run(shell, "%tpu plan config")
     run(shell, f"%tpu plan {tmp_path}")
-    assert fakes == [
+    none = {"image_size": None, "frames": None}
+    assert [c for c in fakes if c[0] == "plan"] == [
         ("plan", (config,), {"chips": 4, "generation": "v6e", "batch": 2, "seq": 128,
-                             "dtype": torch.bfloat16}),
+                             "dtype": torch.bfloat16, **none}),
         ("plan", (config,), {"chips": 8, "generation": "v5e", "batch": None, "seq": None,
-                             "dtype": None}),
+                             "dtype": None, **none}),
         ("plan", (str(tmp_path),), {"chips": 8, "generation": "v5e", "batch": None,
-                                    "seq": None, "dtype": None}),
+                                    "seq": None, "dtype": None, **none}),
     ]  # fmt: skip
+
+
+def test_plan_estimates_a_step_when_it_has_one(shell, fakes):
+    shell.user_ns["config"] = object()
+
+    def estimates(line):
+        fakes.clear()
+        run(shell, f"%tpu plan config {line}")
+        shown = [c[2]["estimate"] for c in fakes if c[0] == "view"]
+        return [c[1] for c in fakes if c[0] == "estimate"], shown
+
+    assert estimates("--batch 2 --seq 8") == ([("forward",)], ["an estimate"])
+    assert estimates("--batch 2 --seq 8 --estimate decode") == ([("decode",)], ["an estimate"])
+    assert estimates("--image-size 1024x768 --frames 9 --estimate train") == (
+        [("train",)], ["an estimate"])
+    assert fakes[0][2]["image_size"] == (1024, 768) and fakes[0][2]["frames"] == 9
+    assert estimates("--image-size 512")[0] == [("forward",)]
+    assert fakes[0][2]["image_size"] == (512, 512)
+    assert estimates("--batch 2 --seq 8 --estimate none") == ([], [None])
+    assert estimates("") == ([], [None])
+
+
+def test_plan_estimate_errors(shell, fakes):
+    shell.user_ns["config"] = object()
+    usage = "usage: %tpu plan MODEL"
+    message = usage_error(shell, "plan config --batch 2 --seq 8 --estimate step")
+    assert message.startswith(
+        "%tpu plan: argument --estimate: invalid choice: 'step' (choose from 'forward', "
+        f"'train', 'decode', 'none')\n{usage}"
+    )
+    assert usage_error(shell, "plan config --estimate train").startswith(
+        "%tpu plan: --estimate train needs the work of one step: give --batch and --seq (or "
+        f"--image-size for an image model)\n{usage}"
+    )
+    assert usage_error(shell, "plan config --image-size 10x").startswith(
+        "%tpu plan: argument --image-size: '10x' is not an image size: give HEIGHTxWIDTH in "
+        f"pixels, e.g. 1024x1024 (or 1024)\n{usage}"
+    )
+    assert not [c for c in fakes if c[0] == "plan"]
 
 
 def test_cluster_and_spmd(shell, fakes):
@@ -590,8 +636,9 @@ def test_completion_through_the_shell_completer(shell):
 def test_completions_of_a_line():
     assert completions("%tpu ")[:3] == ["status", "use", "mode"]
     assert completions("%tpu events --cell 3 --") == ["--kind", "--last", "--help"]
-    assert completions("%tpu plan cfg --chips 4 --") == ["--generation", "--batch", "--seq",
-                                                         "--dtype", "--help"]  # fmt: skip
+    assert completions("%tpu plan cfg --chips 4 --") == [
+        "--generation", "--batch", "--seq", "--image-size", "--frames", "--dtype", "--estimate",
+        "--help"]  # fmt: skip
     assert completions("%tpu plan ", ["cfg", "_x"]) == ["cfg"]
     assert completions("%tpu plan cfg ", ["cfg"]) == []
     assert completions("%tpu nosuch ") == []
@@ -612,3 +659,39 @@ def test_completions_read_the_line_as_argparse_does():
 def test_a_double_dash_where_a_value_goes_is_a_usage_error(shell):
     # argparse hands the second positional [] here, not a string (found by test_magics_fuzz)
     assert usage_error(shell, "parity t -- --").startswith("%tpu parity: '--' is not a value\n")
+
+
+def test_plan_shows_the_estimate_of_its_step(shell):
+    from transformers import LlamaConfig
+
+    from tpu_lab.models.shapes import TRANSFORMER_CONFIG
+    from tpu_lab.sharding import plan
+    from tpu_lab.views.estimate import seconds_text
+
+    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
+    flux = {"_class_name": "FluxTransformer2DModel", **TRANSFORMER_CONFIG}
+    shell.user_ns.update(llama=llama, flux=flux)
+    label = "Estimated TPU time (estimate of an idealised chip, not a measurement): "
+    for line, expected, unit in (
+        ("llama --chips 4 --generation v5e --batch 2 --seq 32 --estimate train",
+         plan(llama, chips=4, generation="v5e", batch=2, seq=32).estimate("train"), "tokens"),
+        ("llama --chips 4 --generation v6e --batch 2 --seq 32",
+         plan(llama, chips=4, batch=2, seq=32).estimate("forward"), "tokens"),
+        ("flux --chips 1 --generation v6e --image-size 64",
+         plan(flux, chips=1, image_size=(64, 64)).estimate("forward"), "images"),
+    ):  # fmt: skip
+        _, _, (bundle,), _ = run(shell, f"%tpu plan {line}")
+        text = " ".join(bundle["text/plain"].split())  # the lines unwrapped
+        rate = f"{expected.throughput:,.0f} {unit}/s on all chips"
+        assert f"{label}{expected.title}" in text
+        assert (f"{seconds_text(expected.seconds)} on {expected.chip.product} (compiled), "
+                f"{expected.bound}-bound; {rate}") in text
+        assert expected.verdict.startswith("fits in HBM: ") and expected.verdict in text
+        assert seconds_text(expected.seconds) in bundle["text/html"]
+    _, _, (bundle,), _ = run(shell, "%tpu plan llama --chips 4 --batch 2 --seq 32 --estimate none")
+    assert label not in bundle["text/plain"]
+    assert usage_error(shell, "plan flux --chips 1 --image-size 64 --estimate decode") == (
+        "FluxTransformer2DModel does not decode tokens; estimate 'forward' (one denoising step) "
+        "or 'train'."
+    )

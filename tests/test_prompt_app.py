@@ -73,6 +73,8 @@ def test_four_chips_give_the_one_chip_image_and_say_what_each_held(client):
     held = report["chips"]["transformer"]
     assert len(held) == 4 and len(set(held)) == 1
     assert "On 4 chips (v6e-4, tensor parallel): each chip held transformer:" in html
+    assert report["estimate"]["chips"] == 4
+    assert "(not a measurement), on 4 chips, tensor parallel, eager: transformer " in html
     with Image.open(one) as a, Image.open(four) as b:
         diff = np.abs(np.asarray(a).astype(int) - np.asarray(b).astype(int))
     assert diff.max() <= 1  # float32 TP=4 vs TP=1, then rounded to 8 bits
@@ -113,3 +115,53 @@ def test_cli_serves_prompts_as_the_image_demo(tmp_path, capsys):
     assert main(["demo", "image", "--model", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tpu-lab demo image: ") and "no model_index.json" in err
+
+
+def _parts(pipe, size, steps, passes, chips, mode):
+    """The request's parts, each estimated directly from its component's config."""
+    from tpu_lab.apps.estimated import generation_of
+    from tpu_lab.models.shapes import TOKENS
+    from tpu_lab.sharding import plan
+
+    latent = (size // 4 * 8,) * 2  # the engine's 8x VAE; the shapes VAE scales by 4
+    gen = generation_of(chips)
+    flux = {"_class_name": "FluxTransformer2DModel", **pipe.transformer.config}
+    vae = {"_class_name": "AutoencoderKL", **pipe.vae.config}
+    return [
+        ("transformer", steps * passes, plan(flux, chips=chips, generation=gen, image_size=latent)
+         .estimate("forward", mode=mode, text_tokens=TOKENS)),
+        ("text encoder", passes, plan(pipe.text_encoder.config, chips=1, generation=gen, batch=1,
+                                      seq=pipe.tokenizer_max_length).estimate("forward", mode=mode)),
+        ("text encoder 2", passes, plan(pipe.text_encoder_2.config, chips=1, generation=gen,
+                                        batch=1, seq=TOKENS).estimate("forward", mode=mode)),
+        ("VAE decode", 1, plan(vae, chips=1, generation=gen, image_size=latent)
+         .estimate("forward", mode=mode)),
+    ]  # fmt: skip
+
+
+def test_the_report_estimates_each_part_of_the_request(client, server):
+    from tpu_lab.views.estimate import seconds_text
+
+    *_, html, report = _call(client, size=48, steps=3, guidance=2)
+    parts = _parts(server.demo.pipe, 48, 3, 2, 1, "eager")  # true CFG: 2 transformer calls a step
+    estimate = report["estimate"]
+    assert [(p["part"], p["calls"], p["seconds"]) for p in estimate["parts"]] == [
+        (name, calls, calls * e.seconds) for name, calls, e in parts]
+    total = sum(calls * e.seconds for _, calls, e in parts)
+    assert estimate["seconds"] == estimate["seconds_per_image"] == total
+    label = "estimated on an idealised TPU v6e (not a measurement)"
+    assert estimate["label"] == label
+    assert f"TPU time: {seconds_text(total)} per image, {label}, on 1 chip, eager: " in html
+    assert "+ VAE decode " in html and "(1 x AutoencoderKL, " in html
+
+
+def test_the_four_chip_estimate_splits_the_transformer_only(server):
+    request = prompt.check_prompt_request(prompt.EXAMPLE, 32, 4, 0, 1, 4, COMPILED.value, 4)
+    estimate = server.demo.estimated(request)
+    one = _parts(server.demo.pipe, 32, 4, 1, 1, "compiled")
+    four = _parts(server.demo.pipe, 32, 4, 1, 4, "compiled")
+    assert estimate.chips == 4 and estimate.generation == "v6e"
+    assert [p.seconds for p in estimate.parts] == [calls * e.seconds for _, calls, e in four]
+    assert four[0][2].chips == 4 and four[0][2].seconds != one[0][2].seconds
+    assert [e.seconds for *_, e in four[1:]] == [e.seconds for *_, e in one[1:]]
+    assert "on 4 chips, tensor parallel, compiled: transformer " in estimate.text()

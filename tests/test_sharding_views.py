@@ -140,6 +140,12 @@ def test_view_dispatches_on_what_it_is_given(tiny_plan):
     assert view(tiny_plan.layout["lm_head.weight"].info, name="head").name == "head"
     with pytest.raises(ShardingError, match="Cannot draw the sharding of a dict"):
         view({})
+    estimate = tiny_plan.estimate("forward")
+    with_estimate = view(tiny_plan, estimate=estimate)
+    assert with_estimate.estimate is estimate and drawn.estimate is None
+    assert with_estimate.to_text(200).splitlines()[:4] == drawn.to_text(200).splitlines()[:4]
+    with pytest.raises(ShardingError, match="^estimate= goes with a Plan, not a ModelLayout.$"):
+        view(tiny_plan.layout, estimate=estimate)
 
 
 def test_mesh_run_view():

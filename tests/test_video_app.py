@@ -105,3 +105,31 @@ def test_cli_serves_the_video_demo(tmp_path, capsys):
     assert main(["demo", "video", "--model", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tpu-lab demo video: ") and "no model_index.json" in err
+
+
+def test_the_report_estimates_each_part_of_the_clip(client, server):
+    from tpu_lab.estimate.inputs import TEXT_TOKENS
+    from tpu_lab.sharding import plan
+    from tpu_lab.views.estimate import seconds_text
+
+    *_, html, report = _call(client, steps=3, guidance=3)
+    pipe = server.demo.pipe
+    latent = (32 // 4 * 8,) * 2  # the engine's 8x VAE; the shapes VAE scales by 4
+    tokens = TEXT_TOKENS["LatteTransformer3DModel"]  # LattePipeline's fixed prompt length
+    latte = {"_class_name": "LatteTransformer3DModel", **pipe.transformer.config}
+    vae = {"_class_name": "AutoencoderKL", **pipe.vae.config}
+    parts = [
+        ("transformer", 3, plan(latte, chips=1, batch=2, image_size=latent, frames=clips.FRAMES)
+         .estimate("forward", mode="eager", text_tokens=tokens)),  # CFG: a batch of 2
+        ("text encoder", 2, plan(pipe.text_encoder.config, chips=1, batch=1, seq=tokens)
+         .estimate("forward", mode="eager")),
+        ("VAE decode", 1, plan(vae, chips=1, batch=clips.FRAMES, image_size=latent)
+         .estimate("forward", mode="eager")),  # every frame in one decode
+    ]  # fmt: skip
+    estimate = report["estimate"]
+    assert [(p["part"], p["calls"], p["seconds"]) for p in estimate["parts"]] == [
+        (name, calls, calls * e.seconds) for name, calls, e in parts]
+    total = sum(calls * e.seconds for _, calls, e in parts)
+    assert estimate["seconds_per_clip"] == total
+    assert (f"TPU time: {seconds_text(total)} per clip, estimated on an idealised TPU v6e (not a "
+            "measurement), on 1 chip, eager: transformer ") in html

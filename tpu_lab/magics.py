@@ -58,6 +58,19 @@ class Command:
 
 
 _MODES = tuple(m.value for m in EAGER_MODES)
+#: What ``%tpu plan --estimate`` estimates (tpu_lab.estimate.planner.TASKS), or nothing.
+_ESTIMATES = ("forward", "train", "decode", "none")
+
+
+def _image_size(text: str) -> tuple[int, int]:
+    """``'1024x768'`` -> (1024, 768); ``'512'`` -> (512, 512)."""
+    parts = text.lower().split("x")
+    if len(parts) in (1, 2) and all(p.isdigit() and int(p) > 0 for p in parts):
+        return (int(parts[0]), int(parts[-1]))
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not an image size: give HEIGHTxWIDTH in pixels, e.g. 1024x1024 (or 1024)"
+    )
+
 _CELL = ("%%tpu mode MODE", "%%tpu time", "%%tpu profile", "%%tpu spmd")
 
 COMMANDS: dict[str, Command] = {
@@ -130,7 +143,8 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "plan",
-            "plan how MODEL (a config, a model on the meta device, or a path) fits on the chips",
+            "plan how MODEL (a config, a model on the meta device, or a path) fits on the chips "
+            "and, given a step (--batch and --seq, or --image-size), estimate its time",
             (
                 Arg(("model",), {"metavar": "MODEL"}, "variable"),
                 Arg(("--chips",), {"type": int, "metavar": "N",
@@ -138,8 +152,19 @@ COMMANDS: dict[str, Command] = {
                 Arg(("--generation",), {"help": "default: the current topology's"}),
                 Arg(("--batch",), {"type": int, "metavar": "B"}),
                 Arg(("--seq",), {"type": int, "metavar": "S"}),
+                Arg(("--image-size",), {"type": _image_size, "metavar": "HxW",
+                                        "help": "an image model's pixels, e.g. 1024x1024 "
+                                                "(batch 1 unless --batch)"}),
+                Arg(("--frames",), {"type": int, "metavar": "N",
+                                    "help": "a video model's frames, e.g. 81"}),
                 Arg(("--dtype",), {"choices": ("float32", "bfloat16", "float16"),
                                    "help": "weights' dtype (default: the model's)"}),
+                Arg(("--estimate",), {"choices": _ESTIMATES,
+                                      "help": "the step's estimated time and throughput on an "
+                                              "idealised chip (not a measurement): "
+                                              + "|".join(_ESTIMATES) + " (default: forward when "
+                                              "--batch and --seq or --image-size are given, "
+                                              "else none)"}),
             ),
         ),
         Command(
@@ -565,6 +590,11 @@ class TpuMagics(Magics):
                 current_generation, current_chips = session.current_topology()
             generation = generation or current_generation
             chips = chips or current_chips
+        step = args.image_size is not None or (args.batch is not None and args.seq is not None)
+        task = args.estimate or ("forward" if step else "none")
+        if task != "none" and not step:
+            raise _error("plan", f"--estimate {task} needs the work of one step: give --batch "
+                                 "and --seq (or --image-size for an image model)")
         sharding = _module("tpu_lab.sharding")
         with _shown_as_usage_errors():
             plan = sharding.plan(
@@ -574,8 +604,11 @@ class TpuMagics(Magics):
                 batch=args.batch,
                 seq=args.seq,
                 dtype=None if args.dtype is None else getattr(_module("torch"), args.dtype),
+                image_size=args.image_size,
+                frames=args.frames,
             )
-            display(lookup.view(plan))
+            estimate = None if task == "none" else plan.estimate(task)
+            display(sharding.view(plan, estimate=estimate))
 
     def _cluster(self, args, cell):
         cluster = _module("tpu_lab.launch.cluster")

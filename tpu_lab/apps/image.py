@@ -23,6 +23,7 @@ from pathlib import Path
 from ..errors import TpuLabError
 from ..session import COMPILED
 from . import entry_points
+from .estimated import Call, estimate_request
 from .shared import (
     FPS,
     MAX_SEED,
@@ -181,13 +182,27 @@ class ImageDemo:
             "callback_on_step_end": callback,
             "callback_on_step_end_tensor_inputs": ["latents"],
         }
-        if "guidance_scale" in inspect.signature(pipe.__call__).parameters:
+        guided = "guidance_scale" in inspect.signature(pipe.__call__).parameters
+        if guided:
             kwargs["guidance_scale"] = request.guidance
         images, report = measured(request.mode, lambda: pipe(**kwargs).images)
+        report.estimate = self.estimated(request, guided and request.guidance > 1)
         frames = [enlarge(f, request.scale) for f in trajectory.frames()]
         # The images laid out as the video's frames are (media's grid of the batch).
         picture = grid(list((images * 255).round().astype("uint8")))
         return enlarge(picture, request.scale), encode_mp4(frames, fps=FPS), report
+
+    def estimated(self, request: Request, guided: bool):
+        """The request's estimated TPU time: the denoiser once a step on its sample (the
+        pipeline's own size), on twice the batch when ``guided`` (classifier-free guidance, as
+        DigitsPipeline runs it). :func:`.estimated.estimate_request`."""
+        name = _denoiser(self.pipe)
+        size = getattr(self.pipe, name).config.sample_size
+        batch = request.count * (2 if guided else 1)
+        call = Call("UNet" if name == "unet" else name, name, request.steps, batch,
+                    image_size=(size, size))
+        return estimate_request(self.pipe, [call], chips=1, mode=request.mode,
+                                items=request.count, unit="image")
 
     def generate(self, label, count, steps, seed, guidance, scale, mode, progress=None):
         """The Gradio handler: (image, video path, events HTML, report dict)."""

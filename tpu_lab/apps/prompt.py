@@ -24,6 +24,7 @@ from pathlib import Path
 from ..errors import DemoInputError, TpuLabError
 from ..session import COMPILED
 from . import entry_points
+from .estimated import Call, engine_size, estimate_request
 from .shared import (
     FPS,
     MAX_SEED,
@@ -155,13 +156,42 @@ class PromptDemo:
 
         kwargs = self.call_kwargs(request)
         if request.chips > 1:
-            return self.four_chips.run(request.mode, kwargs, request.seed, self.OUTPUT)
-        pipe = self.pipeline(request.mode)
-        kwargs["generator"] = torch.Generator("cpu").manual_seed(request.seed)
-        if callback is not None:
-            kwargs.update(callback_on_step_end=callback,
-                          callback_on_step_end_tensor_inputs=["latents"])  # fmt: skip
-        return measured(request.mode, lambda: getattr(pipe(**kwargs), self.OUTPUT))
+            output, report = self.four_chips.run(request.mode, kwargs, request.seed,
+                                                 self.OUTPUT)  # fmt: skip
+        else:
+            pipe = self.pipeline(request.mode)
+            kwargs["generator"] = torch.Generator("cpu").manual_seed(request.seed)
+            if callback is not None:
+                kwargs.update(callback_on_step_end=callback,
+                              callback_on_step_end_tensor_inputs=["latents"])  # fmt: skip
+            output, report = measured(request.mode,
+                                      lambda: getattr(pipe(**kwargs), self.OUTPUT))  # fmt: skip
+        report.estimate = self.estimated(request)
+        return output, report
+
+    #: What one request makes (the report's estimate is per one of them).
+    UNIT = "image"
+
+    def estimate_calls(self, request: PromptRequest) -> list[Call]:
+        """What FluxPipeline runs for ``request``: both text encoders, the transformer once a
+        step and the VAE's decode; with guidance (``true_cfg_scale`` against the empty prompt)
+        it encodes both prompts and calls the transformer twice a step, on a batch of 1."""
+        from ..models.shapes import TOKENS
+
+        passes = 2 if request.guidance > 1 else 1
+        size = engine_size(request.size, self.pipe.vae_scale_factor)
+        return [
+            Call("transformer", "transformer", request.steps * passes, 1, image_size=size,
+                 text_tokens=TOKENS, split=True),
+            Call("text encoder", "text_encoder", passes, 1, seq=self.pipe.tokenizer_max_length),
+            Call("text encoder 2", "text_encoder_2", passes, 1, seq=TOKENS),
+            Call("VAE decode", "vae", 1, 1, image_size=size),
+        ]  # fmt: skip
+
+    def estimated(self, request: PromptRequest):
+        """The request's estimated TPU time (:func:`.estimated.estimate_request`)."""
+        return estimate_request(self.pipe, self.estimate_calls(request), chips=request.chips,
+                                mode=request.mode, items=1, unit=self.UNIT)  # fmt: skip
 
     def run(self, request: PromptRequest, on_step=None):
         """Draw ``request``: (image, MP4 bytes of the denoising trajectory (None on 4 chips),

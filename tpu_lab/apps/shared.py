@@ -84,6 +84,8 @@ class Report:
     counts: dict[str, int] = field(default_factory=dict)
     cache: dict[str, int] = field(default_factory=dict)
     chips: dict[str, list[int]] = field(default_factory=dict)
+    #: The request's estimated TPU time (:mod:`.estimated`), set by the demo after the run.
+    estimate: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -95,6 +97,8 @@ class Report:
         }
         if self.chips:
             out["chips"] = self.chips
+        if self.estimate is not None:
+            out["estimate"] = self.estimate.to_dict()
         return out
 
 
@@ -239,10 +243,13 @@ def report_html(report: Report) -> str:
         table = "<p>No compilation in this request.</p>"
     else:
         table = "<p>No compilation in this request: every graph came from the cache.</p>"
+    estimate = ("" if report.estimate is None else
+                f"<p class='tpu-lab-estimate'>{escape(report.estimate.text())}</p>")
     return (
         f"<div class='tpu-lab-events'><p><b>{escape(report.mode)}</b> in "
         f"{report.seconds:.2f} s (host time) &middot; events: {escape(counts)} &middot; "
-        f"eager compile cache: {escape(cache)}</p>{_chips_html(report.chips)}{table}</div>"
+        f"eager compile cache: {escape(cache)}</p>{estimate}{_chips_html(report.chips)}"
+        f"{table}</div>"
     )
 
 

@@ -12,6 +12,7 @@ chips, what each chip held.
 from __future__ import annotations
 
 from . import entry_points
+from .estimated import Call, engine_size
 from .prompt import SIZES, PromptDemo, PromptRequest, judged
 from .shared import FPS, device_line, enlarge
 
@@ -48,6 +49,26 @@ class VideoDemo(PromptDemo):
             "guidance_scale": request.guidance,
             "output_type": "np",
         }
+
+    UNIT = "clip"
+
+    def estimate_calls(self, request: PromptRequest) -> list[Call]:
+        """What LattePipeline runs for ``request``: its T5 encoder (120 tokens, the pipeline's
+        fixed length), the transformer once a step on all the clip's frames and the VAE's decode
+        of every frame at once; with guidance it encodes both prompts and runs the transformer
+        on a batch of 2."""
+        from ..estimate.inputs import TEXT_TOKENS
+        from ..models.clips import FRAMES, TP_PLAN
+
+        passes = 2 if request.guidance > 1 else 1
+        size = engine_size(request.size, self.pipe.vae_scale_factor)
+        tokens = TEXT_TOKENS["LatteTransformer3DModel"]
+        return [
+            Call("transformer", "transformer", request.steps, passes, image_size=size,
+                 frames=FRAMES, text_tokens=tokens, split=True, tp_plan=TP_PLAN),
+            Call("text encoder", "text_encoder", passes, 1, seq=tokens),
+            Call("VAE decode", "vae", 1, FRAMES, image_size=size),
+        ]  # fmt: skip
 
     def run(self, request: PromptRequest, on_step=None):
         """Animate ``request``: (first frame, MP4 bytes of the clip, judge line, Report)."""

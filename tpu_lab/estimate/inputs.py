@@ -8,6 +8,9 @@ plan's batch, sequence length or image size (no data, no weights).
   patches), SDXL-style UNets, Wan (4x fewer latent frames, plus the first) and Latte video
   transformers (``frames`` frames); text-encoder states of :data:`TEXT_TOKENS` tokens (the
   pipelines' default lengths, ``text_tokens=`` to change);
+- ``UNet2DModel``: one call on a sample of ``image_size`` itself (a pixel-space model's
+  image, or the latents of a pipeline whose VAE the caller accounts for), with class labels
+  when it has a class embedding;
 - a VAE (``AutoencoderKL``, ``AutoencoderKLWan``): one decode of the latents of one image or
   clip, the way a pipeline runs it (text encoders are transformers models, planned like any).
 
@@ -36,6 +39,9 @@ TEXT_TOKENS = {
 }
 VIDEO = {"WanTransformer3DModel", "LatteTransformer3DModel", "AutoencoderKLWan"}
 VAES = {"AutoencoderKL", "AutoencoderKLWan"}
+#: Denoisers whose ``image_size`` is their sample's own size (no 8x VAE between: a UNet2DModel
+#: denoises pixels, or latents whose size the caller gives).
+SAMPLES = {"UNet2DModel"}
 
 
 @dataclass
@@ -75,15 +81,15 @@ def family(model: torch.nn.Module) -> str:
     for a transformers model; anything else is a :class:`ShardingError`."""
     name = type(model).__name__
     if is_diffusers(model):
-        if name in TEXT_TOKENS or name in VAES:
+        if name in TEXT_TOKENS or name in VAES or name in SAMPLES:
             return name
-        known = ", ".join(sorted({*TEXT_TOKENS, *VAES}))
+        known = ", ".join(sorted({*TEXT_TOKENS, *VAES, *SAMPLES}))
         raise ShardingError(f"No estimate for diffusers' {name} yet; estimated: {known}.")
     if hasattr(model, "config") and hasattr(model.config, "model_type"):
         return "transformers"
     raise ShardingError(
         f"No estimate for a {name}: estimates cover transformers models and the diffusers "
-        f"models {', '.join(sorted({*TEXT_TOKENS, *VAES}))}."
+        f"models {', '.join(sorted({*TEXT_TOKENS, *VAES, *SAMPLES}))}."
     )
 
 
@@ -121,6 +127,12 @@ def diffusion_step(model, batch: int, dtype, image_size, frames: int | None,
     """The inputs of one call of a diffusers denoiser or VAE."""
     name, cfg = type(model).__name__, model.config
     h, w = _latent(image_size, name)
+    if name in SAMPLES:
+        kwargs = {"sample": _empty(batch, cfg.in_channels, *image_size, dtype=dtype),
+                  "timestep": _empty(batch)}
+        if cfg.num_class_embeds:
+            kwargs["class_labels"] = _ids(batch)
+        return Step(kwargs, batch, "images")
     tokens = text_tokens or TEXT_TOKENS.get(name, 0)
     if name in VIDEO and not frames:
         raise ShardingError(f"{name} makes video: pass frames= (for example frames=81).")

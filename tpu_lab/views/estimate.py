@@ -32,11 +32,18 @@ def _count(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
+def summary(e: Estimate) -> list[str]:
+    """The estimate in two lines, labelled: what was estimated, then its time, mode, bound and
+    throughput (the first lines of every picture of an estimate)."""
+    rate = f"; {_count(e.throughput)} {e.unit}/s on all chips" if e.throughput else ""
+    return [
+        f"Estimated TPU time ({LABEL}, not a measurement): {e.title or 'program'}",
+        f"{seconds_text(e.seconds)} on {e.chip.product} ({e.mode}), {e.bound}-bound{rate}",
+    ]
+
+
 def _facts(e: Estimate) -> list[str]:
     per = f" per chip of {e.chips}" if e.chips > 1 else ""
-    rate = ""
-    if e.throughput:
-        rate = f"; {_count(e.throughput)} {e.unit}/s on all chips"
     split = (f"time terms: MXU {seconds_text(e.compute_seconds)}, HBM "
              f"{seconds_text(e.memory_seconds)}")
     if e.collective_seconds:
@@ -49,8 +56,7 @@ def _facts(e: Estimate) -> list[str]:
     if e.dcn_bytes:
         traffic += f", DCN {format_bytes(int(e.dcn_bytes))} sent"
     facts = [
-        f"Estimated TPU time ({LABEL}, not a measurement): {e.title or 'program'}",
-        f"{seconds_text(e.seconds)} on {e.chip.product} ({e.mode}), {e.bound}-bound{rate}",
+        *summary(e),
         f"{flops_text(e.flops)}{per} (padded to the {e.chip.mxu}x{e.chip.mxu} MXU: "
         f"{flops_text(e.padded_flops)}, waste {e.padding_waste:.1%}); MXU utilisation "
         f"{e.mxu_utilisation:.1%}; {traffic}",

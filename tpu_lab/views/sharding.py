@@ -375,17 +375,31 @@ def _facts_html(facts: list[str], ok: bool) -> str:
                    f"{esc(f)}</div>" for k, f in enumerate(facts))
 
 
-class PlanView(View):
-    """A plan: the verdict, HBM bars per chip, every weight sorted by bytes per chip."""
+def _estimate_facts(e) -> list[str]:
+    """The rows a plan's estimate adds: labelled, its time, bound and throughput, and whether
+    the step fits in HBM."""
+    from .estimate import summary
 
-    def __init__(self, plan: Plan) -> None:
+    return [*summary(e), e.verdict] if e.verdict else summary(e)
+
+
+class PlanView(View):
+    """A plan: the verdict, HBM bars per chip, every weight sorted by bytes per chip; with
+    ``estimate`` (``plan.estimate(task)``), the step's estimated time on an idealised chip."""
+
+    def __init__(self, plan: Plan, estimate=None) -> None:
         self.plan = plan
+        self.estimate = estimate
+
+    def _facts(self) -> list[str]:
+        facts = _plan_facts(self.plan)
+        return facts if self.estimate is None else facts + _estimate_facts(self.estimate)
 
     def to_text(self, width: int | None = None) -> str:
-        return _facts_text(_plan_facts(self.plan), self.plan, width)
+        return _facts_text(self._facts(), self.plan, width)
 
     def to_html(self) -> str:
-        return _facts_page(_plan_facts(self.plan), self.plan.fits, self.plan)
+        return _facts_page(self._facts(), self.plan.fits, self.plan)
 
 
 def _run_facts(r) -> list[str]:
@@ -440,14 +454,19 @@ def sharding_data(obj) -> ShardingInfo | ModelLayout | Plan | MeshRun:
     )
 
 
-def view(obj, name: str | None = None) -> View:
+def view(obj, name: str | None = None, estimate=None) -> View:
     """The picture of ``obj``'s sharding (:func:`sharding_data`): a tensor's shards titled
-    ``name``, a module's placement table, a plan, a mesh run (a View is its own picture)."""
+    ``name``, a module's placement table, a plan (with ``estimate``, its step's estimated time:
+    ``plan.estimate(task)``), a mesh run (a View is its own picture)."""
     from .lookup import view as lookup
 
     if isinstance(obj, View):
         return obj
     data = sharding_data(obj)
+    if estimate is not None:
+        if not isinstance(data, Plan):
+            raise ShardingError(f"estimate= goes with a Plan, not a {type(data).__name__}.")
+        return PlanView(data, estimate)
     return ShardingView(data, name) if isinstance(data, ShardingInfo) else lookup(data)
 
 
