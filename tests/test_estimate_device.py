@@ -1,0 +1,182 @@
+"""Estimates of what the "tpu" device ran (tpu_lab.estimate.recorded): the compiled core's op
+log, its signatures against those recorded on meta tensors, eager, fused and compiled modes,
+tpu_lab.timed's estimate line, and the errors for bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import tpu_lab
+from tpu_lab.device import current
+from tpu_lab.errors import TpuLabError
+from tpu_lab.estimate import estimate, estimating
+from tpu_lab.estimate.trace import Recorder
+
+EagerMode = torch.tpu.EagerMode
+
+
+def _fn(x, w, b):
+    y = torch.relu(x @ w) + b
+    y.mul_(2)
+    z = torch.nn.functional.linear(y, w, b)
+    return torch.cat([z.sum(dim=1, keepdim=True), z[:, :1] * 0.5]).softmax(-1), z.mean(dim=0)
+
+
+def _inputs(device: str) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(s, generator=g).to(device) for s in [(96, 200), (200, 200), (200,)]]
+
+
+def _fields(e) -> dict:
+    return {k: v for k, v in dataclasses.asdict(e).items() if k != "title"}
+
+
+def test_recorded_signatures_are_those_on_meta_tensors():
+    meta = [torch.empty(t.shape, device="meta") for t in _inputs("cpu")]
+    rec = Recorder()
+    with rec:
+        _fn(*meta)
+    on_meta = [r.sig for r in rec.program.records if not r.sig.func.is_view]
+    with estimating() as r:
+        _fn(*_inputs("tpu"))
+    assert [r.sig for r in r.eager.records] == on_meta
+
+
+def test_kernels_of_their_own_are_recorded_as_the_op_called():
+    def conv(x, w, b, y):
+        y.copy_(torch.nn.functional.conv2d(x, w, b, padding=1))
+        return y
+
+    shapes = [(2, 3, 8, 8), (4, 3, 3, 3), (4,), (2, 4, 8, 8)]
+    meta = [torch.empty(s, device="meta") for s in shapes]
+    rec = Recorder()
+    with rec:
+        conv(*meta)
+    tensors = [torch.randn(s, device="tpu") for s in shapes]
+    with estimating() as r:
+        conv(*tensors)
+    assert [r.sig for r in r.eager.records] == [r.sig for r in rec.program.records]
+    assert [r.sig.name for r in r.eager.records] == ["aten.convolution", "aten.copy_"]
+
+
+def test_recorded_estimate_equals_the_meta_estimate():
+    meta = [torch.empty(t.shape, device="meta") for t in _inputs("cpu")]
+    expected = estimate(_fn, *meta, mode="eager")
+    tensors = _inputs("tpu")
+    with current().estimating() as r:
+        _fn(*tensors)
+    got = r.estimate()
+    assert _fields(got) == _fields(expected)
+    assert got.chip.name == "v6e" and got.mode == "eager" and got.title == "block"
+    assert r.estimate("v5e").chip.name == "v5e"
+    assert r.estimate("v5e").seconds > got.seconds  # a slower chip
+
+
+def test_recording_off_leaves_no_records():
+    x = torch.ones(64, device="tpu")
+    with estimating() as r:
+        pass
+    x + x  # outside the block: not recorded
+    assert r.ops == 0 and not current().core.op_logging()
+    with estimating() as r:
+        x + x
+    assert r.ops == 1 and not current().core.op_logging()
+
+
+def test_blocks_nest_and_a_raising_op_is_left_out():
+    x, y = torch.ones(64, device="tpu"), torch.ones(4, 4, device="tpu")
+    with estimating() as outer:
+        x + x
+        with estimating() as inner:
+            x * x
+        with pytest.raises(RuntimeError):
+            torch.mm(x.reshape(8, 8), y)  # raises in the kernel: did not run
+    assert [r.sig.name for r in inner.eager.records] == ["aten.mul"]
+    assert [r.sig.name for r in outer.eager.records] == ["aten.add", "aten.mul"]
+
+
+def test_each_thread_records_its_own_ops():
+    import threading
+
+    x = torch.ones(64, device="tpu")
+    with estimating() as r:
+        t = threading.Thread(target=lambda: x * x)
+        t.start()
+        t.join()
+        x + x
+    assert [r.sig.name for r in r.eager.records] == ["aten.add"]
+
+
+def test_a_fused_graph_is_costed_as_one_graph():
+    x, w = torch.randn(64, 128, device="tpu"), torch.randn(128, 128, device="tpu")
+    with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE), estimating() as r:
+        torch.relu(x @ w).add(1).sum().item()  # .item(): a sync point ends the graph
+        (x * 2).sum().item()
+    assert r.eager.records == [] and len(r.graphs) == 2
+    e = r.estimate()
+    assert e.mode == "fuse"
+    assert e.launch_seconds == pytest.approx(2 * tpu_lab.estimate.settings.graph_launch_seconds)
+    meta = [torch.empty(t.shape, device="meta") for t in (x, w)]
+    one = estimate(lambda a, b: torch.relu(a @ b).add(1).sum(), *meta, mode="fuse")
+    first = tpu_lab.estimate.recorded.cost(r.graphs[0], e.chip, "fuse")
+    assert first.seconds == one.seconds and first.hbm_bytes == one.hbm_bytes
+
+
+def test_a_compiled_graph_is_costed_once_and_counted_per_call(fresh_dynamo, use_lowering):
+    use_lowering("aten")
+    f = torch.compile(lambda a, b: torch.relu(a @ b).sum(0), backend="tpu")
+    x, w = torch.randn(64, 128, device="tpu"), torch.randn(128, 128, device="tpu")
+    f(x, w)  # compiled outside the block
+    graph = current().compiled[-1]
+    with estimating() as r:
+        f(x, w)
+        f(x, w)
+    assert r.calls == [graph, graph] and r.eager.records == []
+    e = r.estimate()
+    one = graph.estimate(e.chip)
+    assert e.mode == "compiled" and e.seconds == pytest.approx(2 * one.seconds)
+    assert graph.estimate(e.chip) is one  # worked out once
+    assert one.flops == 2 * 64 * 128 * 128
+
+
+def test_the_chip_is_the_simulated_topology():
+    try:
+        tpu_lab.use_topology("v5e-4")
+        with estimating() as r:
+            torch.ones(8, device="tpu") * 3
+        assert r.estimate().chip.name == "v5e"
+    finally:
+        tpu_lab.use_topology("v6e-1")
+
+
+def test_timed_prints_the_estimate_beside_host_time():
+    x = torch.randn(256, 256, device="tpu")
+    with tpu_lab.timed("step") as t:
+        x @ x
+    text = str(t)
+    host, est = text.splitlines()
+    assert host.startswith("step: ") and "(host time on the simulated device)" in host
+    assert est.startswith("step: estimated on an idealised TPU v6e chip (not a measurement): ")
+    assert "-bound; MXU " in est and "top: aten.mm 100%" in est
+    assert t.estimate.flops == 2 * 256**3
+
+
+def test_an_empty_block_says_no_tpu_ops_ran():
+    with tpu_lab.timed("nothing") as t:
+        pass
+    assert str(t).splitlines()[1] == (
+        "nothing: estimated on an idealised TPU v6e chip (not a measurement): no TPU ops ran"
+    )
+
+
+def test_unknown_generation_is_a_clear_error():
+    known = r"known: v4, v5e, v5p, v6e, v7\.$"
+    with pytest.raises(TpuLabError, match=rf"^Unknown TPU generation 'v9'; {known}"):
+        estimating(on="v9").__enter__()  # before the block runs
+    with estimating() as r:
+        pass
+    with pytest.raises(TpuLabError, match="Unknown TPU generation 'h100'"):
+        r.estimate("h100")
