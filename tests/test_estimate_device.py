@@ -180,3 +180,18 @@ def test_unknown_generation_is_a_clear_error():
         pass
     with pytest.raises(TpuLabError, match="Unknown TPU generation 'h100'"):
         r.estimate("h100")
+
+
+def test_backward_on_autograds_device_thread_is_recorded():
+    x = torch.randn(64, 32, device="tpu", requires_grad=True)
+    w = torch.randn(32, 16, device="tpu", requires_grad=True)
+    meta = [torch.empty(t.shape, device="meta", requires_grad=True) for t in (x, w)]
+    rec = Recorder()
+    with rec:
+        (meta[0] @ meta[1]).sum().backward()
+    with estimating() as r:
+        (x @ w).sum().backward()  # the backward's ops run on autograd's "tpu" thread
+    names = [r.sig.name for r in r.eager.records]
+    assert names.count("aten.mm") == 3  # the forward's and the two of the backward
+    on_meta = [r.sig for r in rec.program.records if r.sig.name == "aten.mm"]
+    assert [r.sig for r in r.eager.records if r.sig.name == "aten.mm"] == on_meta

@@ -351,7 +351,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } else {
     count_op(plan.name.c_str(), plan.dot, c10::ArrayRef<c10::IValue>(stack->data() + first, nargs));
   }
-  const bool logging = op_logging();  // an estimate asks (oplog.h)
+  const bool logging = logs_ops();  // an estimate asks (oplog.h)
   c10::SmallVector<c10::IValue, 6> called;
   if (logging) {
     called.assign(stack->begin() + first, stack->end());
@@ -487,7 +487,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   } else {
     compute("_copy_from", false, {self, dst});
     cpu_view(dst).copy_(cpu_view(self));
-    if (op_logging()) {  // as the copy_ that asked for it
+    if (logs_ops()) {  // as the copy_ that asked for it
       log("aten::copy_", "", {dst, self, false}, {dst});
     }
   }
@@ -534,7 +534,7 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
   at::Tensor out = adopt(at::convolution(cpu_view(input), cpu_view(weight), cpu_view_of(bias),
                                          stride, padding, dilation, transposed, output_padding,
                                          groups));
-  if (op_logging()) {  // as the convolution the user called
+  if (logs_ops()) {  // as the convolution the user called
     log("aten::convolution", "",
         {input, weight, bias, stride, padding, dilation, transposed, output_padding, groups},
         {out});
@@ -559,7 +559,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   auto back = [](const at::Tensor& t) { return t.defined() ? adopt(t) : t; };
   std::tuple<at::Tensor, at::Tensor, at::Tensor> out{back(grad_input), back(grad_weight),
                                                      back(grad_bias)};
-  if (op_logging()) {
+  if (logs_ops()) {
     log("aten::convolution_backward", "",
         {grad_output, input, weight,
          bias_sizes.has_value() ? c10::IValue(*bias_sizes) : c10::IValue(), stride, padding,
@@ -584,7 +584,7 @@ at::Tensor mm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarTy
   compute("mm.dtype", true, {self, mat2, out_dtype});
   const at::ScalarType acc = accumulator(self, out_dtype);
   at::Tensor out = adopt(at::mm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
-  if (op_logging()) {
+  if (logs_ops()) {
     log("aten::mm", "dtype", {self, mat2, out_dtype}, {out});
   }
   return out;
@@ -594,7 +594,7 @@ at::Tensor bmm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarT
   compute("bmm.dtype", true, {self, mat2, out_dtype});
   const at::ScalarType acc = accumulator(self, out_dtype);
   at::Tensor out = adopt(at::bmm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
-  if (op_logging()) {
+  if (logs_ops()) {
     log("aten::bmm", "dtype", {self, mat2, out_dtype}, {out});
   }
   return out;

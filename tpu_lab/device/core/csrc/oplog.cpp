@@ -10,6 +10,7 @@
 #include <torch/csrc/utils/tensor_memoryformats.h>
 
 #include <cstring>
+#include <mutex>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -69,21 +70,27 @@ struct Log {
   }
 };
 
-thread_local Log log;
+// This thread's own log (its blocks'), the log autograd's device threads write to (that of the
+// newest outermost block: backward() runs the graph there while its caller waits), the lock
+// every write to a log takes while a block is open, and the log the current write goes to.
+thread_local Log own;
+Log* followed = nullptr;
+std::mutex writing;
+thread_local Log* log = nullptr;
 
 void add_tensor(const at::Tensor& t) {
   if (!t.defined()) {
-    log.tensors.push_back(LoggedTensor{nullptr, nullptr, c10::ScalarType::Undefined, 0, 0});
+    log->tensors.push_back(LoggedTensor{nullptr, nullptr, c10::ScalarType::Undefined, 0, 0});
     return;
   }
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const void* storage = impl->has_storage() ? impl->storage().unsafeGetStorageImpl() : nullptr;
   const auto sizes = impl->sizes();
   const auto strides = impl->strides();
-  const auto at = static_cast<uint32_t>(log.dims.size());
-  log.dims.insert(log.dims.end(), sizes.begin(), sizes.end());
-  log.dims.insert(log.dims.end(), strides.begin(), strides.end());
-  log.tensors.push_back(
+  const auto at = static_cast<uint32_t>(log->dims.size());
+  log->dims.insert(log->dims.end(), sizes.begin(), sizes.end());
+  log->dims.insert(log->dims.end(), strides.begin(), strides.end());
+  log->tensors.push_back(
       LoggedTensor{impl, storage, t.scalar_type(), at, static_cast<uint32_t>(sizes.size())});
 }
 
@@ -121,7 +128,7 @@ bool is_tensors(const c10::IValue& value) {
 }
 
 void add_slot(const c10::IValue& value) {
-  Slot& slot = log.slots.emplace_back();
+  Slot& slot = log->slots.emplace_back();
   if (value.isTensor()) {
     const at::Tensor& t = value.toTensor();
     if (!t.defined() || is_number(t)) {
@@ -130,16 +137,16 @@ void add_slot(const c10::IValue& value) {
       return;
     }
     slot.kind = Slot::kTensor;
-    slot.first = static_cast<uint32_t>(log.tensors.size());
+    slot.first = static_cast<uint32_t>(log->tensors.size());
     slot.count = 1;
     add_tensor(t);
   } else if (is_tensors(value)) {
     slot.kind = Slot::kTensors;
-    slot.first = static_cast<uint32_t>(log.tensors.size());
+    slot.first = static_cast<uint32_t>(log->tensors.size());
     for (const c10::IValue& item : value.toListRef()) {
       add_tensor(item.isTensor() ? item.toTensor() : at::Tensor());
     }
-    slot.count = static_cast<uint32_t>(log.tensors.size()) - slot.first;
+    slot.count = static_cast<uint32_t>(log->tensors.size()) - slot.first;
   } else {
     slot.kind = Slot::kValue;
     slot.value = value;
@@ -222,13 +229,13 @@ void hash_slot(uint64_t& h, const c10::IValue& v) {
 
 void add_identity(const at::Tensor& t) {
   if (!t.defined()) {  // a None of a Tensor?[] list
-    log.ids.push_back(nullptr);
-    log.ids.push_back(nullptr);
+    log->ids.push_back(nullptr);
+    log->ids.push_back(nullptr);
     return;
   }
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  log.ids.push_back(impl);
-  log.ids.push_back(impl->has_storage() ? impl->storage().unsafeGetStorageImpl() : nullptr);
+  log->ids.push_back(impl);
+  log->ids.push_back(impl->has_storage() ? impl->storage().unsafeGetStorageImpl() : nullptr);
 }
 
 void add_identities(const c10::IValue& v) {
@@ -248,7 +255,7 @@ class Converter {
   Converter(const Signature& op, py::object make) : op_(op), make_(std::move(make)) {}
 
   py::object tensor(uint32_t index) {
-    const LoggedTensor& t = log.tensors[index];
+    const LoggedTensor& t = log->tensors[index];
     const uint32_t position = position_++;
     if (t.impl == nullptr) {
       return py::none();
@@ -256,8 +263,8 @@ class Converter {
     py::tuple sizes(t.rank);
     py::tuple strides(t.rank);
     for (uint32_t d = 0; d < t.rank; ++d) {
-      sizes[d] = log.dims[t.dims + d];
-      strides[d] = log.dims[t.dims + t.rank + d];
+      sizes[d] = log->dims[t.dims + d];
+      strides[d] = log->dims[t.dims + t.rank + d];
     }
     py::object dtype = py::reinterpret_borrow<py::object>(
         reinterpret_cast<PyObject*>(torch::getTHPDtype(t.dtype)));
@@ -311,7 +318,7 @@ class Converter {
   py::tuple signature() {
     const c10::FunctionSchema& schema = *op_.schema;
     const auto& declared = schema.arguments();
-    const Slot* slots = log.slots.data() + op_.first;
+    const Slot* slots = log->slots.data() + op_.first;
     const int64_t n = std::min<int64_t>(op_.arguments, static_cast<int64_t>(declared.size()));
     int64_t keywords = n;
     while (keywords > 0 && declared[keywords - 1].kwarg_only()) {
@@ -367,8 +374,28 @@ class Converter {
 
 }  // namespace
 
+std::atomic<int>& active_blocks() {
+  static std::atomic<int> blocks{0};
+  return blocks;
+}
+
+bool is_autograd_thread() {
+  static thread_local int8_t known = -1;
+  if (known < 0) {
+    char name[16] = {0};
+    pthread_getname_np(pthread_self(), name, sizeof(name));
+    known = std::strncmp(name, "pt_autograd", 11) == 0 ? 1 : 0;
+  }
+  return known == 1;
+}
+
 void log_op(const c10::FunctionSchema& schema, const c10::IValue* args, size_t n,
             const c10::IValue* results, size_t m, bool fused) {
+  std::lock_guard<std::mutex> lock(writing);
+  log = op_logging() ? &own : followed;
+  if (log == nullptr) {
+    return;  // an autograd thread, after the block it followed ended
+  }
   uint64_t h = reinterpret_cast<uintptr_t>(&schema);
   for (size_t i = 0; i < n; ++i) {
     hash_slot(h, args[i]);
@@ -377,9 +404,9 @@ void log_op(const c10::FunctionSchema& schema, const c10::IValue* args, size_t n
   for (size_t i = 0; i < m; ++i) {
     hash_slot(h, results[i]);
   }
-  auto [found, added] = log.known.try_emplace(h, static_cast<uint32_t>(log.signatures.size()));
+  auto [found, added] = log->known.try_emplace(h, static_cast<uint32_t>(log->signatures.size()));
   if (added) {
-    log.signatures.push_back(Signature{&schema, static_cast<uint32_t>(log.slots.size()),
+    log->signatures.push_back(Signature{&schema, static_cast<uint32_t>(log->slots.size()),
                                        static_cast<uint32_t>(n), static_cast<uint32_t>(m)});
     for (size_t i = 0; i < n; ++i) {
       add_slot(args[i]);
@@ -388,15 +415,15 @@ void log_op(const c10::FunctionSchema& schema, const c10::IValue* args, size_t n
       add_slot(results[i]);
     }
   }
-  const auto at = static_cast<uint32_t>(log.ids.size());
+  const auto at = static_cast<uint32_t>(log->ids.size());
   for (size_t i = 0; i < n; ++i) {
     add_identities(args[i]);
   }
   for (size_t i = 0; i < m; ++i) {
     add_identities(results[i]);
   }
-  log.ops.push_back(LoggedOp{found->second, 0, at,
-                             static_cast<uint32_t>(log.ids.size()) - at, fused});
+  log->ops.push_back(LoggedOp{found->second, 0, at,
+                             static_cast<uint32_t>(log->ids.size()) - at, fused});
 }
 
 void log_op(const c10::OperatorHandle& op, std::initializer_list<c10::IValue> args,
@@ -405,41 +432,65 @@ void log_op(const c10::OperatorHandle& op, std::initializer_list<c10::IValue> ar
 }
 
 size_t op_log_begin() {
-  if (log.depth++ == 0) {
-    log.reserve();
+  std::lock_guard<std::mutex> lock(writing);
+  if (own.depth++ == 0) {
+    own.reserve();
+    followed = &own;
+    active_blocks().fetch_add(1);
   }
   op_logging() = true;
-  return log.ops.size();
+  return own.ops.size();
 }
 
 void op_log_mark(int64_t kind, int64_t tag) {
-  if (op_logging()) {
-    log.ops.push_back(LoggedOp{-1 - kind, tag, 0, 0, false});
+  if (!logs_ops()) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(writing);
+  Log* target = op_logging() ? &own : followed;
+  if (target != nullptr) {
+    target->ops.push_back(LoggedOp{-1 - kind, tag, 0, 0, false});
   }
 }
 
 py::tuple op_log_end(size_t start, const py::object& make) {
+  Log taken;
+  {
+    std::lock_guard<std::mutex> lock(writing);
+    if (own.depth == 0) {
+      return py::make_tuple(py::list(), py::list());
+    }
+    if (--own.depth == 0) {  // the outermost block: the log is handed over and emptied
+      op_logging() = false;
+      if (followed == &own) {
+        followed = nullptr;
+      }
+      active_blocks().fetch_sub(1);
+      taken = std::move(own);
+      own = Log();
+    } else {
+      taken = own;  // an inner block: the outer one keeps the records
+    }
+  }
+  log = &taken;  // Python is called from here on: no lock is held
   py::list signatures;
-  for (const Signature& signature : log.signatures) {
+  for (const Signature& signature : log->signatures) {
     signatures.append(Converter(signature, make).signature());
   }
   py::list ops;
-  for (size_t i = start; i < log.ops.size(); ++i) {
-    const LoggedOp& op = log.ops[i];
+  for (size_t i = start; i < log->ops.size(); ++i) {
+    const LoggedOp& op = log->ops[i];
     if (op.signature < 0) {
       ops.append(py::make_tuple(py::none(), -1 - op.signature, op.tag));
       continue;
     }
     py::tuple ids(op.count);
     for (uint32_t k = 0; k < op.count; ++k) {
-      ids[k] = reinterpret_cast<uintptr_t>(log.ids[op.ids + k]);
+      ids[k] = reinterpret_cast<uintptr_t>(log->ids[op.ids + k]);
     }
     ops.append(py::make_tuple(op.signature, op.fused, ids));
   }
-  if (log.depth > 0 && --log.depth == 0) {
-    op_logging() = false;
-    log = Log();
-  }
+  log = nullptr;
   return py::make_tuple(signatures, ops);
 }
 

@@ -6,15 +6,28 @@
 #include <ATen/core/ivalue.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 
 namespace tpu_lab {
 
-// Whether this thread logs its ops: the one check an op pays while no estimate asks.
+// Whether this thread has a block of its own open.
 inline bool& op_logging() {
   static thread_local bool on = false;
   return on;
+}
+
+// Open outermost blocks in the process; whether this thread is one of autograd's device
+// threads (backward() runs a "tpu" graph there while its caller waits: its ops go to the
+// newest block).
+std::atomic<int>& active_blocks();
+bool is_autograd_thread();
+
+// Whether this thread's ops are logged: what an op asks, one check while no block is open.
+inline bool logs_ops() {
+  return op_logging() ||
+         (active_blocks().load(std::memory_order_relaxed) > 0 && is_autograd_thread());
 }
 
 // Log an op that has run: its arguments as it was called with them, its results. `fused`: it
