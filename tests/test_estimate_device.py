@@ -172,6 +172,20 @@ def test_an_empty_block_says_no_tpu_ops_ran():
     )
 
 
+def test_on_a_real_tpu_estimating_says_what_to_use_instead(monkeypatch):
+    from tpu_lab.runtime import select
+    from tpu_lab.runtime.torchtpu import TorchTPUBackend
+
+    monkeypatch.setattr(select, "_active", TorchTPUBackend())
+    with pytest.raises(TpuLabError) as info:
+        estimating()
+    assert str(info.value) == (
+        "estimating() records the ops of tpu_lab's simulated 'tpu' device, and this process runs "
+        "on a real TPU: time the block there with tpu_lab.timed, or estimate a function on meta "
+        "tensors with tpu_lab.estimate.estimate(fn, *meta_args)."
+    )
+
+
 def test_unknown_generation_is_a_clear_error():
     known = r"known: v4, v5e, v5p, v6e, v7\.$"
     with pytest.raises(TpuLabError, match=rf"^Unknown TPU generation 'v9'; {known}"):

@@ -51,9 +51,18 @@ _LAZY = {
 def estimating(on=None, title: str = "block"):
     """``with estimating() as r: ...`` then ``r.estimate()``: the block's ops as the bundled
     "tpu" device ran them, estimated on an idealised chip (``on``, default the simulated
-    topology's generation); see :mod:`tpu_lab.estimate.recorded`."""
+    topology's generation); see :mod:`tpu_lab.estimate.recorded`. On a real TPU there is no
+    such record: a clear error says what to use instead."""
     from ..device import current
+    from ..errors import TpuLabError
+    from ..runtime import backend
 
+    if not backend().simulated:
+        raise TpuLabError(
+            "estimating() records the ops of tpu_lab's simulated 'tpu' device, and this process "
+            "runs on a real TPU: time the block there with tpu_lab.timed, or estimate a function "
+            "on meta tensors with tpu_lab.estimate.estimate(fn, *meta_args)."
+        )
     return current().estimating(on, title)
 
 

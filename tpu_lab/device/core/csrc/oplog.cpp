@@ -2,7 +2,8 @@
 // kept as its schema, its non-tensor arguments and, for every tensor it reads and writes, its
 // shape, strides, dtype and identity (the tensor's and its storage's, so that in-place ops and
 // views can be told apart). Nothing is converted per op: Python takes the records when the
-// block ends and costs them there. While no block runs, an op pays one thread-local check.
+// block ends and costs them there. While no block runs, an op pays one check (a thread-local
+// flag, and the count of open blocks).
 #include "oplog.h"
 
 #include <torch/csrc/DynamicTypes.h>
