@@ -209,3 +209,13 @@ def test_backward_on_autograds_device_thread_is_recorded():
     assert names.count("aten.mm") == 3  # the forward's and the two of the backward
     on_meta = [r.sig for r in rec.program.records if r.sig.name == "aten.mm"]
     assert [r.sig for r in r.eager.records if r.sig.name == "aten.mm"] == on_meta
+
+
+def test_the_estimate_follows_the_assumptions_in_force():
+    x = torch.randn(64, device="tpu")
+    with estimating() as r:
+        x + x
+    before = r.estimate()
+    with tpu_lab.estimate.assume(eager_launch_seconds=1e-3):
+        assert r.estimate().launch_seconds == 1e-3
+    assert r.estimate() == before

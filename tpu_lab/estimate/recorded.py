@@ -207,7 +207,7 @@ class Recording:
         self.graphs: list[Program] = []
         self.calls: list[CompiledGraph] = []
         self.order: list[tuple[str, int]] = []  # ("op", record) / ("fuse", i) / ("compiled", i)
-        self._estimates: dict[Chip, Estimate] = {}
+        self._estimates: dict[tuple, Estimate] = {}  # per chip and set of assumptions
 
     @property
     def ops(self) -> int:
@@ -242,14 +242,15 @@ class Recording:
     def estimate(self, on: str | Chip | None = None) -> Estimate:
         """The estimate of everything recorded, on ``on`` (default: the simulated chip)."""
         c = self.chip if on is None else chip_of(on)
-        found = self._estimates.get(c)
+        key = (c, _changes[0])
+        found = self._estimates.get(key)
         if found is None:
             parts = []
             if self.eager.records:
                 parts.append(cost(self.eager, c, "eager"))
             parts += [cost(g, c, "fuse") for g in self.graphs]
             parts += [g.estimate(c) for g in self.calls]
-            found = self._estimates[c] = combine(parts, c, self.title)
+            found = self._estimates[key] = combine(parts, c, self.title)
         return found
 
     def timeline(self, on: str | Chip | None = None) -> list[Step]:
@@ -293,8 +294,9 @@ def combine(parts: list[Estimate], on: Chip, title: str) -> Estimate:
 
 @contextlib.contextmanager
 def estimating(device, on: str | Chip | None = None, title: str = "block") -> Iterator[Recording]:
-    """Record what ``device`` runs in this thread inside the block; the :class:`Recording`
-    it yields is filled when the block ends (also when it raises)."""
+    """Record what ``device`` runs in this thread inside the block (and on autograd's "tpu"
+    thread, where ``backward()`` runs); the :class:`Recording` it yields is filled when the
+    block ends (also when it raises). An unknown ``on`` is refused before the block runs."""
     c = chip_of(device.chip.topology.generation.name if on is None else on)
     recording = Recording(device, c, title)
     start = device.core.op_log_begin()
