@@ -136,7 +136,8 @@ def _signed(which, args: tuple, kwargs: dict, results: tuple) -> _Signed:
 class _Builder:
     """Records into a :class:`~tpu_lab.estimate.trace.Program`: a tensor is the value it was
     last written as; a tensor first seen as an input is a view of the value its storage was
-    first seen in; an op's output on an input's storage (in place, ``out=``) a view of it."""
+    first seen in; an op's output on an input's storage (in place, ``out=``) a view of it.
+    """
 
     def __init__(self) -> None:
         self.program = Program()
@@ -164,6 +165,19 @@ class _Builder:
                 self.bases[storage] = vid
             outs.append(vid)
         program.records.append(Record(signed.sig, tuple(ins), tuple(outs)))
+
+
+class _Alone:
+    """Eager ops into a :class:`~tpu_lab.estimate.trace.Program`: each op is a program of its
+    own, costed from its signature alone, so every tensor is one value."""
+
+    def __init__(self) -> None:
+        self.program = Program()
+        self.program.new_value(TensorSpec((), torch.float32, 0))
+
+    def add(self, signed: _Signed, ids: tuple[int, ...]) -> None:
+        self.program.records.append(Record(signed.sig, (0,) * len(signed.reads),
+                                           (0,) * len(signed.writes)))
 
 
 @dataclass
@@ -218,7 +232,7 @@ class Recording:
     def _take(self, log: tuple[list, list]) -> None:
         signatures, records = log
         signed = [_signed(*s) for s in signatures]
-        eager, fused = _Builder(), None
+        eager, fused = _Alone(), None
         self.eager = eager.program
         for index, in_graph, ids in records:
             if index is None:
