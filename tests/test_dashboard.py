@@ -455,6 +455,8 @@ def test_each_cell_shows_its_host_time_and_its_estimated_tpu_time(dashboards):
     assert re.fullmatch(r"host [0-9.]+ (µs|ms|s) \(simulated device\)", host)
     assert estimated.startswith("estimated on an idealised TPU v5e chip (not a measurement): ")
     assert "top: aten.mm 100%" in estimated
+    timed = next(t for t in cell_times.TIMES.values() if t.cell == number)
+    assert timed.recording is None and timed.estimate().chip.name == "v5e"  # drawn: let go
     lines = dash.view().to_text(width=200).splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith(f"  In [{number}] · "))
     assert lines[head + 1] == f"    {group['timing']}"

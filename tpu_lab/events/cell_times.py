@@ -4,35 +4,39 @@ The dashboard asks (:func:`time_cells`); the hooks :func:`tpu_lab.events.context
 registers call :func:`started` and :func:`finished` around every cell. A finished cell's
 :class:`CellTime` holds its host time and, on the bundled device, the recording of its ops
 (:mod:`tpu_lab.estimate.recorded`): its estimate on an idealised chip is worked out when a view
-first asks for it. While nobody asks, a cell costs one check.
+first asks for it, and the recording is let go then (a long cell records many ops). While
+nobody asks, a cell costs one check.
 """
 
 from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-#: Cells kept, the newest last.
-KEPT = 100
+#: Cells kept, the newest last (the dashboard shows 40 at most).
+KEPT = 40
 
 
-@dataclass(frozen=True)
+@dataclass
 class CellTime:
     """One finished cell: its host time, the recording of what it ran on the bundled device
-    (None elsewhere), the event log's newest event when it ended (where it sorts among events)
-    and how many cells were timed before it."""
+    (None elsewhere, and once estimated), the event log's newest event when it ended (where it
+    sorts among events) and how many cells were timed before it."""
 
     cell: int | None
     seconds: float
     recording: object | None
     seq: int
     number: int
+    _estimate: object | None = field(default=None, repr=False)
 
     def estimate(self):
         """Its :class:`~tpu_lab.estimate.result.Estimate` on an idealised chip of the simulated
-        generation, or None on a real TPU."""
-        return None if self.recording is None else self.recording.estimate()
+        generation (worked out once; the recording is let go then), or None on a real TPU."""
+        if self._estimate is None and self.recording is not None:
+            self._estimate, self.recording = self.recording.estimate(), None
+        return self._estimate
 
 
 TIMES: collections.OrderedDict[int | None, CellTime] = collections.OrderedDict()
