@@ -219,3 +219,20 @@ def test_the_estimate_follows_the_assumptions_in_force():
     with tpu_lab.estimate.assume(eager_launch_seconds=1e-3):
         assert r.estimate().launch_seconds == 1e-3
     assert r.estimate() == before
+
+
+def test_beyond_the_ops_kept_in_order_ops_are_counted_and_costed_alike():
+    x = torch.ones(8, device="tpu")
+    with estimating() as r:
+        for _ in range(100_010):
+            torch.add(x, x)
+        with estimating() as inner:  # counted from where it began
+            x * x
+            x * x
+    assert len(r.eager.records) == 100_000 and r.ops == 100_012 and inner.ops == 2
+    assert [(s.sig.name, n) for s, n in r.counted] == [("aten.add", 10), ("aten.mul", 2)]
+    one = tpu_lab.estimate.op_cost(r.eager.records[0].sig, r.chip)
+    e = r.estimate()
+    assert e.seconds == pytest.approx(100_010 * one.seconds + 2 * inner.estimate().seconds / 2)
+    assert [(o.name, o.count) for o in e.ops] == [("aten.add", 100_010), ("aten.mul", 2)]
+    assert r.timeline()[-1][:1] == ("12 more ops, counted",)

@@ -15,6 +15,10 @@ simulated generation:
 - each call of a ``torch.compile(backend="tpu")`` graph: that graph's
   :func:`~tpu_lab.estimate.estimate_graph` ("compiled"), worked out once per compiled graph
   and chip and counted per call.
+
+A block keeps its first 100,000 ops in order; beyond them the core only counts each
+signature's ops and each compiled graph's calls, and they are costed op by op (eager) and
+graph by graph, so that a long block costs little to record and to estimate.
 """
 
 from __future__ import annotations
@@ -221,17 +225,23 @@ class Recording:
         self.graphs: list[Program] = []
         self.calls: list[CompiledGraph] = []
         self.order: list[tuple[str, int]] = []  # ("op", record) / ("fuse", i) / ("compiled", i)
+        #: Beyond the ops kept in order: ops counted per signature, calls per compiled graph.
+        self.counted: list[tuple[_Signed, int]] = []
+        self.counted_calls: list[tuple[CompiledGraph, int]] = []
         self._estimates: dict[tuple, Estimate] = {}  # per chip and set of assumptions
 
     @property
     def ops(self) -> int:
         """Ops recorded (compiled graphs' calls count one each)."""
         return (len(self.eager.records) + sum(len(g.records) for g in self.graphs)
-                + len(self.calls))
+                + len(self.calls) + sum(n for _, n in self.counted)
+                + sum(n for _, n in self.counted_calls))
 
-    def _take(self, log: tuple[list, list]) -> None:
-        signatures, records = log
+    def _take(self, log: tuple[list, list, list, dict]) -> None:
+        signatures, records, counted, calls = log
         signed = [_signed(*s) for s in signatures]
+        self.counted = [(signed[i], n) for i, n in enumerate(counted) if n]
+        self.counted_calls = [(self._device.compiled[tag], n) for tag, n in sorted(calls.items())]
         eager, fused = _Alone(), None
         self.eager = eager.program
         for index, in_graph, ids in records:
@@ -264,8 +274,24 @@ class Recording:
                 parts.append(cost(self.eager, c, "eager"))
             parts += [cost(g, c, "fuse") for g in self.graphs]
             parts += [g.estimate(c) for g in self.calls]
-            found = self._estimates[key] = combine(parts, c, self.title)
+            more, weights = self._counted(c)
+            found = self._estimates[key] = combine(parts + more, c, self.title,
+                                                   [1] * len(parts) + weights)
         return found
+
+    def _counted(self, c: Chip) -> tuple[list[Estimate], list[int]]:
+        """The estimates of the counted ops (one op of each signature) and compiled graphs'
+        calls, and how many times each ran."""
+        parts, weights = [], []
+        for signed, n in self.counted:
+            alone = _Alone()
+            alone.add(signed, ())
+            parts.append(cost(alone.program, c, "eager"))
+            weights.append(n)
+        for graph, n in self.counted_calls:
+            parts.append(graph.estimate(c))
+            weights.append(n)
+        return parts, weights
 
     def timeline(self, on: str | Chip | None = None) -> list[Step]:
         """The recorded work one after another on the idealised chip: each eager op (its
@@ -285,15 +311,33 @@ class Recording:
             if o.seconds:
                 steps.append(Step(name, at, o.seconds, o.bound))
             at += o.seconds
+        more, weights = self._counted(c)
+        if more:
+            rest = combine(more, c, "", weights)
+            steps.append(Step(f"{sum(weights):,} more ops, counted", at, rest.seconds, rest.bound))
         return steps
 
 
-def combine(parts: list[Estimate], on: Chip, title: str) -> Estimate:
-    """Estimates run one after another, as one (a single part: itself, retitled)."""
-    if len(parts) == 1:
+_SUMMED = ("flops", "padded_flops", "hbm_bytes", "ici_bytes", "dcn_bytes", "compute_seconds",
+           "memory_seconds", "collective_seconds", "busy_seconds", "launch_seconds")
+
+
+def _times(o: OpCost, n: int) -> OpCost:
+    """``n`` runs of ``o``."""
+    if n == 1:
+        return o
+    return replace(o, count=o.count * n, **{f: getattr(o, f) * n for f in _SUMMED})
+
+
+def combine(parts: list[Estimate], on: Chip, title: str,
+            weights: list[int] | None = None) -> Estimate:
+    """Estimates run one after another (``weights[i]`` times each, default once), as one (a
+    single part run once: itself, retitled)."""
+    weights = weights or [1] * len(parts)
+    if len(parts) == 1 and weights[0] == 1:
         return replace(parts[0], title=title)
-    ops: list[OpCost] = [o for p in parts for o in p.ops]
-    total = {f: sum(getattr(p, f) for p in parts) for f in (
+    ops: list[OpCost] = [_times(o, w) for p, w in zip(parts, weights, strict=True) for o in p.ops]
+    total = {f: sum(getattr(p, f) * w for p, w in zip(parts, weights, strict=True)) for f in (
         "seconds", "flops", "padded_flops", "hbm_bytes", "ici_bytes", "dcn_bytes",
         "compute_seconds", "memory_seconds", "collective_seconds", "launch_seconds")}
     shares = {"compute": 0.0, "memory": 0.0, "collective": total["collective_seconds"],

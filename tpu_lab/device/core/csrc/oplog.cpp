@@ -55,8 +55,20 @@ struct LoggedOp {
   bool fused;
 };
 
+// Ops a log keeps in order (with their tensors' identities); after them it only counts each
+// signature's ops and each compiled graph's calls, so that a long block stays small.
+constexpr size_t kLaidOut = 100000;
+
+// What a log counted beyond kLaidOut: ops per signature, calls per compiled graph.
+struct Counted {
+  std::vector<uint64_t> ops;
+  std::unordered_map<int64_t, uint64_t> calls;
+};
+
 struct Log {
   int depth = 0;
+  Counted counted;
+  std::vector<Counted> opened;  // what was counted when each inner block began
   std::vector<LoggedOp> ops;
   std::vector<const void*> ids;  // (tensor, storage) per tensor of each op
   std::unordered_map<uint64_t, uint32_t> known;  // a signature's key -> its index
@@ -407,6 +419,7 @@ void log_op(const c10::FunctionSchema& schema, const c10::IValue* args, size_t n
   }
   auto [found, added] = log->known.try_emplace(h, static_cast<uint32_t>(log->signatures.size()));
   if (added) {
+    log->counted.ops.push_back(0);
     log->signatures.push_back(Signature{&schema, static_cast<uint32_t>(log->slots.size()),
                                        static_cast<uint32_t>(n), static_cast<uint32_t>(m)});
     for (size_t i = 0; i < n; ++i) {
@@ -415,6 +428,10 @@ void log_op(const c10::FunctionSchema& schema, const c10::IValue* args, size_t n
     for (size_t i = 0; i < m; ++i) {
       add_slot(results[i]);
     }
+  }
+  if (log->ops.size() >= kLaidOut) {
+    ++log->counted.ops[found->second];
+    return;
   }
   const auto at = static_cast<uint32_t>(log->ids.size());
   for (size_t i = 0; i < n; ++i) {
@@ -438,6 +455,8 @@ size_t op_log_begin() {
     own.reserve();
     followed = &own;
     active_blocks().fetch_add(1);
+  } else {
+    own.opened.push_back(own.counted);
   }
   op_logging() = true;
   return own.ops.size();
@@ -449,8 +468,13 @@ void op_log_mark(int64_t kind, int64_t tag) {
   }
   std::lock_guard<std::mutex> lock(writing);
   Log* target = op_logging() ? &own : followed;
-  if (target != nullptr) {
+  if (target == nullptr) {
+    return;
+  }
+  if (target->ops.size() < kLaidOut) {
     target->ops.push_back(LoggedOp{-1 - kind, tag, 0, 0, false});
+  } else if (kind == 1) {  // a compiled graph's call: counted (a graph's end needs no count)
+    ++target->counted.calls[tag];
   }
 }
 
@@ -470,7 +494,15 @@ py::tuple op_log_end(size_t start, const py::object& make) {
       taken = std::move(own);
       own = Log();
     } else {
-      taken = own;  // an inner block: the outer one keeps the records
+      taken = own;  // an inner block: the outer one keeps the records; it counted from here
+      const Counted& before = own.opened.back();
+      for (size_t i = 0; i < before.ops.size(); ++i) {
+        taken.counted.ops[i] -= before.ops[i];
+      }
+      for (const auto& [tag, calls] : before.calls) {
+        taken.counted.calls[tag] -= calls;
+      }
+      own.opened.pop_back();
     }
   }
   log = &taken;  // Python is called from here on: no lock is held
@@ -491,8 +523,18 @@ py::tuple op_log_end(size_t start, const py::object& make) {
     }
     ops.append(py::make_tuple(op.signature, op.fused, ids));
   }
+  py::list counted;
+  for (uint64_t n : log->counted.ops) {
+    counted.append(n);
+  }
+  py::dict calls;
+  for (const auto& [tag, n] : log->counted.calls) {
+    if (n > 0) {
+      calls[py::int_(tag)] = n;
+    }
+  }
   log = nullptr;
-  return py::make_tuple(signatures, ops);
+  return py::make_tuple(signatures, ops, counted, calls);
 }
 
 }  // namespace tpu_lab

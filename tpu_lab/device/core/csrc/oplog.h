@@ -42,11 +42,13 @@ void log_op(const c10::OperatorHandle& op, std::initializer_list<c10::IValue> ar
 
 // Python's side (module.cpp): start logging this thread (blocks nest; returns where this one
 // starts), mark a point in the log (kind 0: a DEFER_AND_FUSE graph ends; 1: a compiled
-// graph ran, tag = its number), and end a block: (signatures, ops). Each distinct signature
-// once, as (namespace, name, overload), args, kwargs, results, with each tensor as
-// ``make(position, sizes, strides, dtype)`` (positions number an op's tensors in schema
-// order, arguments then results); each op as (its signature's index, fused, the (tensor,
-// storage) identities of its tensors by position), each mark as (None, kind, tag).
+// graph ran, tag = its number), and end a block: (signatures, ops, counted, calls). Each
+// distinct signature once, as (namespace, name, overload), args, kwargs, results, with each
+// tensor as ``make(position, sizes, strides, dtype)`` (positions number an op's tensors in
+// schema order, arguments then results); the first 100,000 ops and marks in order, each op as
+// (its signature's index, fused, the (tensor, storage) identities of its tensors by
+// position), each mark as (None, kind, tag); beyond them, the ops counted per signature
+// (counted[i]: signature i's) and the calls per compiled graph ({tag: calls}).
 size_t op_log_begin();
 void op_log_mark(int64_t kind, int64_t tag);
 pybind11::tuple op_log_end(size_t start, const pybind11::object& make);
