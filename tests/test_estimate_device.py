@@ -14,6 +14,7 @@ from tpu_lab.device import current
 from tpu_lab.errors import TpuLabError
 from tpu_lab.estimate import estimate, estimating
 from tpu_lab.estimate.trace import Recorder
+from tpu_lab.views.estimate import line
 
 EagerMode = torch.tpu.EagerMode
 
@@ -236,3 +237,19 @@ def test_beyond_the_ops_kept_in_order_ops_are_counted_and_costed_alike():
     assert e.seconds == pytest.approx(100_010 * one.seconds + 2 * inner.estimate().seconds / 2)
     assert [(o.name, o.count) for o in e.ops] == [("aten.add", 100_010), ("aten.mul", 2)]
     assert r.timeline()[-1][:1] == ("12 more ops, counted",)
+
+
+def test_a_graph_with_dynamic_shapes_is_costed_at_its_traced_sizes_and_says_so(
+        fresh_dynamo, use_lowering):
+    use_lowering("aten")
+    f = torch.compile(lambda a: torch.relu(a @ a.T).sum(0))  # Dynamo marks sizes dynamic
+    f(torch.randn(8, 32, device="tpu"))
+    f(torch.randn(12, 32, device="tpu"))  # recompiled with a dynamic first dimension
+    with estimating() as r:
+        f(torch.randn(16, 32, device="tpu"))
+    e = r.estimate()
+    (graph,) = r.calls
+    assert e.flops == 2 * 12 * 32 * 12  # the traced sizes, not the call's
+    assert e.notes == (f"{graph.title} has dynamic shapes: costed at the sizes it was traced "
+                       "with",)
+    assert line(e).endswith(f"; note: {e.notes[0]}")

@@ -184,25 +184,67 @@ class _Alone:
                                            (0,) * len(signed.writes)))
 
 
+def _hint(x):
+    """``x`` with each symbolic size replaced by the value it had when the graph was traced."""
+    if isinstance(x, torch.SymInt):
+        return x.node.hint
+    if isinstance(x, TensorSpec):
+        return TensorSpec(torch.Size([_hint(d) for d in x.shape]), x.dtype, _hint(x.elements))
+    if isinstance(x, tuple):
+        return tuple(_hint(i) for i in x)
+    return x
+
+
+def _symbolic(x) -> bool:
+    if isinstance(x, torch.SymInt):
+        return True
+    if isinstance(x, tuple):  # TensorSpec, shapes, frozen arguments
+        return any(_symbolic(i) for i in x)
+    return False
+
+
+def _at_traced_sizes(program: Program) -> bool:
+    """Give a graph traced with dynamic shapes the sizes of its trace (in place); whether it
+    had any."""
+    found = False
+    for value in program.values.values():
+        if _symbolic(value.spec):
+            value.spec, found = _hint(value.spec), True
+    for record in program.records:
+        sig = record.sig
+        if sig is not None and _symbolic((sig.args, sig.kwargs, sig.outputs)):
+            record.sig = OpSignature(sig.func, _hint(sig.args), _hint(sig.kwargs),
+                                     _hint(sig.outputs))
+            found = True
+    return found
+
+
 @dataclass
 class CompiledGraph:
     """A graph the "tpu" compile backend compiled, read as :func:`estimate_graph` reads it
     (before the CPU's compiler rewrites it); its estimate is worked out once per chip and set
-    of assumptions, when an estimate first asks for it."""
+    of assumptions, when an estimate first asks for it. A graph with dynamic shapes is costed
+    at the sizes it was traced with, and its estimate says so."""
 
     program: Program
     title: str
+    notes: tuple[str, ...] = ()
     _costs: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, gm: torch.fx.GraphModule, title: str) -> CompiledGraph:
-        return cls(from_graph(gm if is_aten_graph(gm) else _to_aten(gm)), title)
+        program = from_graph(gm if is_aten_graph(gm) else _to_aten(gm))
+        notes = ()
+        if _at_traced_sizes(program):
+            notes = (f"{title} has dynamic shapes: costed at the sizes it was traced with",)
+        return cls(program, title, notes)
 
     def estimate(self, on: Chip) -> Estimate:
         key = (on, _changes[0])
         found = self._costs.get(key)
         if found is None:
-            found = self._costs[key] = cost(self.program, on, "compiled", title=self.title)
+            found = self._costs[key] = cost(self.program, on, "compiled", title=self.title,
+                                            notes=self.notes)
         return found
 
 
@@ -346,8 +388,9 @@ def combine(parts: list[Estimate], on: Chip, title: str,
         if o.kind not in ("collective", "launch"):
             shares["compute" if o.bound == "compute" else "memory"] += o.busy_seconds
     modes = sorted({p.mode for p in parts}, key=("eager", "fuse", "compiled").index)
+    notes = tuple(dict.fromkeys(n for p in parts for n in p.notes))
     return Estimate(title=title, chip=on, chips=1, mode="+".join(modes) or "eager",
-                    bound=max(shares, key=shares.get), ops=_merge(ops), **total)
+                    bound=max(shares, key=shares.get), ops=_merge(ops), notes=notes, **total)
 
 
 @contextlib.contextmanager

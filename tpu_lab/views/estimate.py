@@ -76,8 +76,9 @@ def line(e: Estimate, top: int = 2) -> str:
         return f"{head}: no TPU ops ran"
     total = e.seconds or 1.0
     tops = ", ".join(f"{o.name} {o.seconds / total:.0%}" for o in e.top(top))
+    notes = "".join(f"; note: {n}" for n in e.notes)
     return (f"{head}: {seconds_text(e.seconds)} ({e.bound}-bound; MXU "
-            f"{e.mxu_utilisation:.0%}, padding waste {e.padding_waste:.0%}; top: {tops})")
+            f"{e.mxu_utilisation:.0%}, padding waste {e.padding_waste:.0%}; top: {tops}){notes}")
 
 
 _HEAD = ("op", "count", "time", "share", "bound", "FLOPs", "HBM")
