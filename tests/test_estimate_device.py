@@ -253,3 +253,14 @@ def test_a_graph_with_dynamic_shapes_is_costed_at_its_traced_sizes_and_says_so(
     assert e.notes == (f"{graph.title} has dynamic shapes: costed at the sizes it was traced "
                        "with",)
     assert line(e).endswith(f"; note: {e.notes[0]}")
+
+
+def test_the_line_names_an_op_of_several_shapes_once():
+    a, b = torch.ones(64, device="tpu"), torch.ones(8, device="tpu")
+    with estimating() as r:
+        a * a
+        b * b
+        a + a
+    e = r.estimate()
+    assert [o.name for o in e.ops].count("aten.mul") == 2
+    assert line(e).split("top: ")[1].startswith("aten.mul 67%, aten.add 33%")

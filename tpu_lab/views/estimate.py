@@ -75,7 +75,11 @@ def line(e: Estimate, top: int = 2) -> str:
     if not e.ops:
         return f"{head}: no TPU ops ran"
     total = e.seconds or 1.0
-    tops = ", ".join(f"{o.name} {o.seconds / total:.0%}" for o in e.top(top))
+    by_name: dict[str, float] = {}
+    for o in e.ops:  # one op of several shapes is named once
+        by_name[o.name] = by_name.get(o.name, 0.0) + o.seconds
+    ranked = sorted(by_name.items(), key=lambda item: -item[1])[:top]
+    tops = ", ".join(f"{name} {seconds / total:.0%}" for name, seconds in ranked)
     notes = "".join(f"; note: {n}" for n in e.notes)
     return (f"{head}: {seconds_text(e.seconds)} ({e.bound}-bound; MXU "
             f"{e.mxu_utilisation:.0%}, padding waste {e.padding_waste:.0%}; top: {tops}){notes}")
