@@ -1,13 +1,16 @@
 """Estimates: the time of planning and estimating a 70B training step without weights
 (target: seconds, at most 10 s), and what estimating one small eager op costs next to running
-it on the "tpu" device (the later device hook's budget: at most 1.2x the op alone).
+it on the "tpu" device (the device's op log: at most 1.2x the op alone).
 
 The 70B figure is Llama-3.1-70B's config on 64 v6e chips with FSDP, batch 128 x seq 8192: the
 model is built on the meta device and one forward, backward and AdamW step is recorded and
 costed, from scratch each repeat. The per-op figures time ``torch.add`` of two 64-element
 "tpu" tensors alone, then followed by ``op_cost`` of its signature as a device would have
 recorded it (the pure per-op function), then followed by building that signature from the
-tensors and ``op_cost`` (both per op); interleaved, medians.
+tensors and ``op_cost`` (both per op); interleaved, medians. The device's op log
+(``tpu_lab.estimate.estimating``) is timed the same way: the op with the log off, and inside an
+estimating block with it on (interleaved, medians), then what the block's end costs per op (the
+records handed to Python as signatures) and the estimate of them (costed once, when asked).
 Run: ``python benchmarks/bench_estimate.py [--quick]``.
 """
 
@@ -21,6 +24,7 @@ import torch
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
 from _record import quick, record
+from tpu_lab.device import current
 from tpu_lab.estimate import op_cost, signature
 from tpu_lab.estimate.configs import config
 from tpu_lab.estimate.planner import forget
@@ -85,12 +89,51 @@ def small_op(repeats: int, loops: int) -> None:
            note="the signature built from the tensors per op, then op_cost")
 
 
+def op_log(repeats: int, loops: int) -> None:
+    x, y = torch.randn(64, device="tpu"), torch.randn(64, device="tpu")
+    device = current()
+
+    def off():
+        for _ in range(loops):
+            torch.add(x, y)
+
+    times: dict[str, list[float]] = {"off": [], "on": [], "end": [], "estimate": []}
+
+    def on():
+        block = device.estimating()
+        recording = block.__enter__()
+        times["on"].append(_seconds(off))
+        times["end"].append(_seconds(lambda: block.__exit__(None, None, None)))
+        times["estimate"].append(_seconds(recording.estimate))
+
+    off()
+    for i in range(repeats):  # interleaved, each first in turn
+        for run in (off, on) if i % 2 else (on, off):
+            if run is off:
+                times["off"].append(_seconds(off))
+            else:
+                on()
+    per_op = 1e6 / loops
+    base = statistics.median(times["off"]) * per_op
+    record("estimate", "small tpu op, op log on (estimating block)",
+           statistics.median(times["on"]) * per_op, "us", baseline=base,
+           baseline_label="the op with the log off", target=1.2,
+           note="torch.add of two 64-element tpu tensors, recorded by the compiled core")
+    record("estimate", "end of an estimating block, per op",
+           statistics.median(times["end"]) * per_op, "us",
+           note="the records handed to Python as signatures and programs, once per block")
+    record("estimate", "the block's estimate, per op",
+           statistics.median(times["estimate"]) * per_op, "us",
+           note="costed on the simulated chip when first asked for")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=2 if quick() else 5)
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
     small_op(args.repeats * 3, 2000)
+    op_log(args.repeats * 3, 2000)
     plan_70b(args.repeats)
 
 

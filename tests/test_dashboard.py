@@ -3,6 +3,7 @@ batched updates, the update after every IPython cell, and the static fallback.""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -263,6 +264,7 @@ STATE = {
                 "time": 0.0, "explanation": ""}],
     "cells": [{"cell": 5, "total": 40, "counts": {"recompile": 2, "sync": 38}},
               {"cell": 6, "total": 1, "counts": {"sync": 1}}],
+    "times": [],
     "seen": 41, "modes": [], "eager_mode": "DEFER_AND_FUSE", "error": "", "updates": 3,
 }  # fmt: skip
 
@@ -429,3 +431,36 @@ def test_the_widget_is_sent_the_rows_and_the_palette(log, dashboards):
     assert [b["text"] for b in group["badges"]] == ["3 transfers", "3 cache hits"]
     assert dash.palette == PALETTE
     assert set(KIND_COLORS) == set(KIND_COLORS_DARK) == set(tpu_lab.events.KINDS)
+
+
+def test_each_cell_shows_its_host_time_and_its_estimated_tpu_time(dashboards):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tpu_lab.events import cell_times
+
+    shell = InteractiveShell.instance()
+    shell.user_ns["torch"] = torch
+    shell.run_cell("x = torch.ones(256, 256, device='tpu')")  # no dashboard: not timed
+    before = cell_times.timed()
+    dash = dashboards(poll=60, interval=60)
+    tpu_lab.use_topology("v5e-4")
+    try:
+        shell.run_cell("y = x @ x", store_history=True)
+        number = shell.execution_count - 1
+    finally:
+        tpu_lab.use_topology("v6e-1")
+    assert cell_times.timed() == before + 1
+    (group,) = [g for g in dash.feed["groups"] if g["title"] == f"In [{number}]"]
+    host, estimated = group["timing"].split(" · ")
+    assert re.fullmatch(r"host [0-9.]+ (µs|ms|s) \(simulated device\)", host)
+    assert estimated.startswith("estimated on an idealised TPU v5e chip (not a measurement): ")
+    assert "top: aten.mm 100%" in estimated
+    timed = next(t for t in cell_times.TIMES.values() if t.cell == number)
+    assert timed.recording is None and timed.estimate().chip.name == "v5e"  # drawn: let go
+    lines = dash.view().to_text(width=200).splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith(f"  In [{number}] · "))
+    assert lines[head + 1] == f"    {group['timing']}"
+    assert f"{group['timing']}</div>" in dash.view().to_html()
+    dash.close()
+    shell.run_cell("y = x @ x")
+    assert cell_times.timed() == before + 1  # closed: nobody asks

@@ -311,6 +311,19 @@ def test_time_cell(shell):
     torch._dynamo.reset()
 
 
+def test_time_cell_shows_the_estimate_for_the_chip_in_use(shell):
+    shell.run_line_magic("tpu", "use v5e-4")
+    out, _, _, result = run(shell, "%%tpu time\nimport torch\nx = torch.ones(512, 512, "
+                                   "device='tpu')\n(x @ x).sum().item()")
+    assert result.result == 512.0**3
+    host, estimated = out.splitlines()[:2]
+    assert "(host time on the simulated device)" in host
+    assert re.fullmatch(
+        r"cell: estimated on an idealised TPU v5e chip \(not a measurement\): [0-9.]+ µs "
+        r"\((compute|memory|launch)-bound; MXU \d+%, padding waste 0%; top: aten\.mm \d+%, "
+        r"aten\.fill_ \d+%\)", estimated)
+
+
 # --- the event log --------------------------------------------------------------------------
 
 

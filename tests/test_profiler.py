@@ -26,6 +26,7 @@ from tpu_lab.profiler import (
     xprof_trace_handler,
 )
 from tpu_lab.views import view
+from tpu_lab.views.estimate import seconds_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,3 +180,39 @@ def test_torch_tpu_profiler_module_has_torchtpus_public_name():
     module = torch_tpu_module()
     assert module.__name__ == "torch.tpu.profiler" and module.__all__ == ["TpuProfilerConfig"]
     assert module.TpuProfilerConfig is TpuProfilerConfig
+
+
+def test_profile_has_an_estimated_tpu_track_and_a_per_op_table(shell):
+    shell.user_ns["torch"] = torch
+    shell.run_line_magic("tpu", "use v5e-4")
+    try:
+        with capture_output() as cap:
+            result = shell.run_cell(
+                "%%tpu profile\nx = torch.ones(256, 512, device='tpu')\n"
+                "w = torch.ones(512, 512, device='tpu')\n(torch.relu(x @ w) + 1).sum().item()",
+                store_history=True,
+            )
+    finally:
+        tpu_lab.use_topology("v6e-1")
+    assert result.success, result.error_in_exec
+    p = shell.user_ns["_tpu_profile"]
+    assert p.estimate.chip.name == "v5e" and p.estimate.flops == 2 * 256 * 512 * 512
+    assert [s.name for s in p.estimated] == [
+        "aten.fill_", "aten.fill_", "aten.mm", "aten.relu", "aten.add", "aten.sum"]
+    assert p.estimated[-1].start_us + p.estimated[-1].dur_us == pytest.approx(
+        p.estimate.seconds * 1e6)
+    (bundle,) = [o.data for o in cap.outputs if "text/html" in o.data]
+    lines = view(p).to_text(width=100).splitlines()
+    track = next(i for i, line in enumerate(lines) if line.startswith(" est. TPU |"))
+    assert lines[track + 2] == (
+        "           est. TPU: estimated time on an idealised TPU v5e chip (not a measurement)")
+    head = lines.index("  estimated on an idealised TPU v5e chip (not a measurement): "
+                       f"{seconds_text(p.estimate.seconds)}, {p.estimate.bound}-bound")
+    assert lines[head + 1].split() == [
+        "op", "count", "est.", "time", "share", "FLOPs", "HBM", "FLOP/B", "bound"]
+    mm = next(line for line in lines[head:] if line.startswith("  aten.mm 256x512 "))
+    assert "134 MFLOP" in mm and mm.split()[-2] == f"{2 * 256 * 512 * 512 / (2 << 20):.3g}"
+    assert "est. TPU</text>" in bundle["text/html"] and ">FLOP/B</th>" in bundle["text/html"]
+    trace = p.chrome_trace()
+    estimated = [e for e in trace["traceEvents"] if e.get("pid") == 1 and e["ph"] == "X"]
+    assert [e["name"] for e in estimated] == [s.name for s in p.estimated]

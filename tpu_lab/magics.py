@@ -206,15 +206,18 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "time",
-            "run this cell and time it: device-synchronised, compile time split from run time",
+            "run this cell and time it: device-synchronised, compile time split from run time; "
+            "on the bundled device, its estimated time on an idealised TPU chip beside it",
             line=False,
             cell=True,
         ),
         Command(
             "profile",
             "run this cell and profile it: a timeline of its ops, sync points, compilations, "
-            "cache hits/misses and transfers, and a per-op table (host time); the profile is "
-            "kept in the variable _tpu_profile",
+            "cache hits/misses and transfers, and a per-op table (host time); on the bundled "
+            "device also an estimated TPU track and the estimate's per-op table (FLOPs, HBM "
+            "bytes, arithmetic intensity, bound); the profile is kept in the variable "
+            "_tpu_profile",
             (
                 Arg(("--trace",), {"metavar": "PATH",
                                    "help": "also write a Chrome/Perfetto trace (.json)"}),

@@ -1,14 +1,21 @@
-"""Device-aware timing: synchronise before reading the clock; split compile from run time."""
+"""Device-aware timing: synchronise before reading the clock; split compile from run time; on
+the bundled device, an estimate of the block's time on an idealised TPU chip beside it (from
+the ops the device recorded: :mod:`tpu_lab.estimate.recorded`)."""
 
 from __future__ import annotations
 
 import functools
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from . import events
+
+if TYPE_CHECKING:
+    from .estimate.recorded import Recording
+    from .estimate.result import Estimate
 
 
 @dataclass
@@ -21,19 +28,32 @@ class Timing:
     compilations: int = 0
     sync_points: int = 0
     simulated: bool = True
+    #: The device's record of the block's ops (the bundled device only), for :attr:`estimate`.
+    recording: Recording | None = field(default=None, repr=False)
     _first_seq: int = field(default=0, repr=False)
 
     @property
     def run_seconds(self) -> float:
         return max(self.seconds - self.compile_seconds, 0.0)
 
+    @property
+    def estimate(self) -> Estimate | None:
+        """The block's estimated time on an idealised chip of the simulated generation
+        (worked out when first asked for), None on a real TPU."""
+        return None if self.recording is None else self.recording.estimate()
+
     def __str__(self) -> str:
         where = "host time on the simulated device" if self.simulated else "TPU wall time"
-        return (
+        text = (
             f"{self.label}: {self.seconds * 1e3:.1f} ms ({where}); compile "
             f"{self.compile_seconds * 1e3:.1f} ms in {self.compilations} compilation(s), run "
             f"{self.run_seconds * 1e3:.1f} ms; {self.sync_points} sync point(s)"
         )
+        if self.recording is not None:
+            from .views.estimate import line
+
+            text += f"\n{self.label}: {line(self.estimate)}"
+        return text
 
 
 class timed:  # noqa: N801 - used like contextlib's context managers
@@ -51,6 +71,12 @@ class timed:  # noqa: N801 - used like contextlib's context managers
             torch.accelerator.synchronize()
         self.timing = Timing(self.label, simulated=simulated)
         self.timing._first_seq = events.log.last_seq()
+        self._estimating = None
+        if simulated:
+            from .device import current
+
+            self._estimating = current().estimating(title=self.label)
+            self.timing.recording = self._estimating.__enter__()
         self._start = time.perf_counter()
         return self.timing
 
@@ -59,6 +85,8 @@ class timed:  # noqa: N801 - used like contextlib's context managers
         if not t.simulated:
             torch.accelerator.synchronize()
         t.seconds = time.perf_counter() - self._start
+        if self._estimating is not None:
+            self._estimating.__exit__(*exc)
         inside = events.log.since(t._first_seq)
         compiled = [e for e in inside if e.kind in ("compile", "recompile")]
         t.compilations = len(compiled)

@@ -14,8 +14,8 @@
  *   times: string, where: string, explanation: string, alert: boolean,
  *   why_open: boolean}} Row
  * @typedef {{kind: string, text: string}} Badge
- * @typedef {{key: string, title: string, total: string, badges: Badge[], open: boolean,
- *   rows: Row[]}} Group
+ * @typedef {{key: string, title: string, total: string, badges: Badge[], timing: string,
+ *   open: boolean, rows: Row[]}} Group
  * @typedef {{shown: string, groups: Group[]}} Feed
  * @typedef {{light: string, dark: string}} KindColors
  * @typedef {{value: string, label: string, hint: string}} ModeOption
@@ -173,6 +173,7 @@ function renderFeed(model, root, ui) {
       paint(node, badge.kind, palette);
       summary.append(node);
     }
+    if (group.timing) summary.append(h("span", "tpu-dash-timing", group.timing));
     details.append(summary);
     for (const item of group.rows) {
       const row = h("div", `tpu-dash-event tpu-kind-${item.kind}`);

@@ -130,7 +130,12 @@ def _lower(device, gm: torch.fx.GraphModule, example_inputs, emulated: bool = Fa
     """``emulated``: the graph holds the TPU numerics emulation's bfloat16 roundings, which
     Inductor must keep (by default it drops a float32 -> bfloat16 -> float32 round trip; where
     it cannot keep them, the graph runs as traced, on ATen ops)."""
+    from ..estimate.recorded import COMPILED_GRAPH, CompiledGraph
+
     device.compiled_graphs += 1
+    tag = len(device.compiled)
+    device.compiled.append(CompiledGraph.of(gm, f"compiled graph {tag}"))
+    mark = device.core.op_log_mark
     _retarget(gm)
     if _lowering() == "inductor" and (_INDUCTOR_KEEPS_CASTS or not emulated):
         from torch._inductor.compile_fx import compile_fx_inner
@@ -151,6 +156,7 @@ def _lower(device, gm: torch.fx.GraphModule, example_inputs, emulated: bool = Fa
             return gm(*args)
 
     def run(args):
+        mark(COMPILED_GRAPH, tag)  # for an estimate that asks (one check otherwise)
         inputs = [device.payload(a) if device.has_payload(a) else a for a in args]
         pairs = [(a, u) for a, u in zip(args, inputs, strict=True) if u is not a]
         args.clear()

@@ -169,6 +169,7 @@ class CompileCache:
         ops, self._pending.ops = tuple(self._ops_of_thread()), []
         if not ops:
             return
+        self._device.core.op_log_mark(0, 0)  # an estimate costs the graph up to here as one
         key = (self._device.allow_excess_precision, ops)
         now = datetime.datetime.now()
         with self._lock:

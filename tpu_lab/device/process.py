@@ -39,6 +39,8 @@ class Device:
         self.generator: torch.Generator = core.default_generator()
         #: Graphs the "tpu" compile backend compiled (forward and backward).
         self.compiled_graphs = 0
+        #: Those graphs, for estimates (their estimates are worked out when first asked for).
+        self.compiled: list = []
         #: Decompositions for graphs compiled for "tpu" while the TPU numerics emulation is on
         #: (it sets them; :mod:`.emulation`), else None.
         self.graph_decompositions: dict | None = None
@@ -96,6 +98,17 @@ class Device:
             and x.device.type == "tpu"
             and not isinstance(x, torch._subclasses.FakeTensor)
         )
+
+    # -- estimates ------------------------------------------------------------------------
+
+    def estimating(self, on=None, title: str = "block"):
+        """``with device.estimating() as r: ...``: record the ops this thread runs in the block
+        (the compiled core's op log; outside such a block an op pays one check) and estimate
+        them with ``r.estimate()`` on an idealised chip: ``on`` (a generation, "v5e"), or the
+        simulated topology's. See :mod:`tpu_lab.estimate.recorded`."""
+        from ..estimate.recorded import estimating
+
+        return estimating(self, on, title)
 
     # -- the eager mode -------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ See ``docs/estimates.md`` for what is modelled and what is not.
 - ``op_cost(signature(func, args, kwargs, out), on="v6e")``: one op (what a device records);
 - ``estimate(fn, *args, on="v6e", mode="eager")``: a function's ops or its fused graph;
 - ``estimate_graph(gm)``: an FX graph (a ``torch.compile`` backend's);
+- ``with estimating() as r: ...; r.estimate()``: what the "tpu" device ran in the block;
 - ``tpu_lab.sharding.plan(config, ...).estimate("train")``: a model from its config, no weights;
 - ``roofline(estimate)``: the ops against the chip's roofline (matplotlib).
 """
@@ -30,6 +31,7 @@ __all__ = [
     "estimate",
     "estimate_graph",
     "estimate_plan",
+    "estimating",
     "op_cost",
     "roofline",
     "settings",
@@ -44,6 +46,24 @@ _LAZY = {
     "chip": ".api", "estimate": ".api", "estimate_graph": ".api", "op_cost": ".api",
     "estimate_plan": ".planner", "roofline": ".figures",
 }
+
+
+def estimating(on=None, title: str = "block"):
+    """``with estimating() as r: ...`` then ``r.estimate()``: the block's ops as the bundled
+    "tpu" device ran them, estimated on an idealised chip (``on``, default the simulated
+    topology's generation); see :mod:`tpu_lab.estimate.recorded`. On a real TPU there is no
+    such record: a clear error says what to use instead."""
+    from ..device import current
+    from ..errors import TpuLabError
+    from ..runtime import backend
+
+    if not backend().simulated:
+        raise TpuLabError(
+            "estimating() records the ops of tpu_lab's simulated 'tpu' device, and this process "
+            "runs on a real TPU: time the block there with tpu_lab.timed, or estimate a function "
+            "on meta tensors with tpu_lab.estimate.estimate(fn, *meta_args)."
+        )
+    return current().estimating(on, title)
 
 
 def __getattr__(name: str):

@@ -8,6 +8,7 @@ import sysconfig
 
 import torch
 
+from . import cell_times
 from .bus import BUS
 
 _LIBRARY_DIRS = tuple(
@@ -90,15 +91,18 @@ def follow(shell) -> None:
     """Follow ``shell``'s cells (idempotent): remember each cell's number as it starts (IPython
     has already counted it then), and publish ``cell_finished`` on the event bus when it ends,
     while its number is still current (the event log collects the compilations Dynamo recorded
-    lazily, so that they are events of *that* cell; the dashboard updates)."""
+    lazily, so that they are events of *that* cell; the dashboard updates). Where someone asks
+    (the dashboard), each cell is timed and its ops recorded too (:mod:`.cell_times`)."""
     if id(shell) in _cell:
         return
 
     def pre_run_cell(info) -> None:
         count = shell.execution_count
         _cell[id(shell)] = count - 1 if info.store_history else count
+        cell_times.started(id(shell), _cell[id(shell)])
 
     def post_run_cell(result) -> None:
+        cell_times.finished(id(shell), _cell[id(shell)])
         BUS.emit("cell_finished", cell=_cell[id(shell)])
         _cell[id(shell)] = None  # what happens between cells (widget clicks) is in no cell
 

@@ -1,7 +1,9 @@
 """Record what a block did on the device: PyTorch's profiler for the ops, tpu_lab's event log
 for sync points, compilations, cache hits/misses and transfers; the result is a :class:`Profile`.
 
-Timings are host time: on the bundled device, the time the CPU spent simulating the chip.
+Timings are host time: on the bundled device, the time the CPU spent simulating the chip. There
+the block is also estimated on an idealised chip of the simulated generation, from the ops the
+device recorded (:mod:`tpu_lab.estimate.recorded`): an estimate, not a measurement.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 
 import torch
 
-from .report import EventSpan, OpSpan, Profile
+from .report import EstimatedSpan, EventSpan, OpSpan, Profile
 
 _LANE_OF = {
     "sync": "sync",
@@ -79,6 +81,12 @@ class Recorder:
         if not self._simulated:
             torch.accelerator.synchronize()
         self._seq = log.last_seq()
+        self._estimating = self._recording = None
+        if self._simulated:
+            from ..device import current
+
+            self._estimating = current().estimating(title=self.label)
+            self._recording = self._estimating.__enter__()
         self._prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True
         )
@@ -96,6 +104,8 @@ class Recorder:
         seconds = time.perf_counter() - self._t0
         with _quiet_kineto():
             self._prof.__exit__(*exc)
+        if self._estimating is not None:
+            self._estimating.__exit__(*exc)
         self.profile = self._build(seconds, log.since(self._seq))
         return False
 
@@ -121,4 +131,10 @@ class Recorder:
             at = (ev.time - self._wall0) * 1e6
             dur = float(ev.details.get("compile_seconds", 0.0)) * 1e6
             spans.append(EventSpan(lane, ev.kind, ev.summary, max(at - dur, 0.0), dur, ev.where))
-        return Profile(self.label, seconds * 1e6, tuple(ops), tuple(spans), self._simulated)
+        estimate, estimated = None, ()
+        if self._recording is not None:
+            estimate = self._recording.estimate()
+            estimated = tuple(EstimatedSpan(s.name, s.start * 1e6, s.seconds * 1e6, s.bound)
+                              for s in self._recording.timeline())
+        return Profile(self.label, seconds * 1e6, tuple(ops), tuple(spans), self._simulated,
+                       estimate, estimated)

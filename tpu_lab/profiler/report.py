@@ -1,6 +1,8 @@
 """A recorded profile (frozen data): the ops, sync points, compilations, cache hits/misses and
-transfers of a block, a per-op table, a summary line and a Chrome/Perfetto trace file. Its
-picture (a timeline and the table) is :class:`tpu_lab.views.profile.ProfileView`."""
+transfers of a block, a per-op table, a summary line and a Chrome/Perfetto trace file; on the
+bundled device also the block's estimate on an idealised chip (its ops one after another in
+estimated time, and the estimate's per-op costs). Its picture (the timelines and the tables) is
+:class:`tpu_lab.views.profile.ProfileView`."""
 
 from __future__ import annotations
 
@@ -8,6 +10,10 @@ import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..estimate.result import Estimate
 
 #: Timeline lanes, top to bottom.
 LANES = ("ops", "sync", "compile", "cache", "transfer")
@@ -43,6 +49,18 @@ class EventSpan:
 
 
 @dataclass(frozen=True)
+class EstimatedSpan:
+    """One step of the estimated timeline (an op, a fused graph, a compiled graph's call), in
+    µs of estimated time on an idealised chip from the block's start: an estimate, not a
+    measurement."""
+
+    name: str
+    start_us: float
+    dur_us: float
+    bound: str
+
+
+@dataclass(frozen=True)
 class OpStats:
     name: str
     calls: int
@@ -62,6 +80,9 @@ class Profile:
     ops: tuple[OpSpan, ...]
     events: tuple[EventSpan, ...]
     simulated: bool = True
+    #: The block's estimate on an idealised chip (the bundled device only), and its steps.
+    estimate: Estimate | None = None
+    estimated: tuple[EstimatedSpan, ...] = ()
 
     @property
     def clock(self) -> str:
@@ -115,6 +136,13 @@ class Profile:
                     "args": {"summary": e.summary, "where": e.where}}  # fmt: skip
             events.append({**base, "ph": "X", "dur": e.dur_us} if e.dur_us else
                           {**base, "ph": "i", "s": "t"})  # fmt: skip
+        if self.estimate is not None:
+            from ..views.estimate import chip_text
+
+            where = f"estimated TPU: {chip_text(self.estimate)}, not a measurement"
+            events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": where}})
+            events += [{"ph": "X", "name": s.name, "pid": 1, "tid": 0, "ts": s.start_us,
+                        "dur": s.dur_us, "args": {"bound": s.bound}} for s in self.estimated]
         return {"traceEvents": events, "displayTimeUnit": "ms",
                 "otherData": {"label": self.label, "clock": self.clock}}  # fmt: skip
 

@@ -2,9 +2,10 @@
 widget (widgets/dashboard.js) and the static view (text and HTML, :mod:`._dashboard_view`) draw.
 
 The dashboard's state (:class:`DashboardState`, what ``Dashboard.state()`` returns) holds
-figures: the device, its chips' HBM, the cache counters, the kept events and the events per
-cell. :func:`rows` turns it into what the front end receives (typed in :mod:`._widget_protocol`):
-the header, a gauge per chip, the counters and the event feed.
+figures: the device, its chips' HBM, the cache counters, the kept events, the events per cell
+and each timed cell's host time and estimated TPU time. :func:`rows` turns it into what the
+front end receives (typed in :mod:`._widget_protocol`): the header, a gauge per chip, the
+counters and the event feed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ._widget_protocol import (
     Row,
 )
 from .base import counted
+from .estimate import seconds_text
 from .events import short_where
 
 
@@ -84,12 +86,23 @@ class CellState(TypedDict):
     counts: dict[str, int]
 
 
+class CellTimeState(TypedDict):
+    """A finished cell's host time (seconds) and its estimate's line ("" on a real TPU); ``seq``
+    is the newest event when it ended."""
+
+    cell: int | None
+    seq: int
+    host: float
+    estimate: str
+
+
 class DashboardState(TypedDict):
     device: DeviceState
     chips: list[ChipState]
     cache: CacheState
     events: list[EventState]  # oldest first
     cells: list[CellState]
+    times: list[CellTimeState]  # the timed cells, oldest first
     seen: int  # events since the dashboard opened
     modes: list[ModeOption]
     eager_mode: str
@@ -147,7 +160,7 @@ def rows(state: DashboardState) -> DashboardRows:
         "header": header(state["device"]),
         "gauges": gauges(state["device"], state["chips"]),
         "counters": counters(state["cache"]),
-        "feed": feed(state["events"], state["cells"], state["seen"]),
+        "feed": feed(state["events"], state["cells"], state["seen"], state["times"]),
     }
 
 
@@ -213,14 +226,29 @@ def counters(cache: CacheState) -> Counters:
     }
 
 
-def feed(events: list[EventState], cells: list[CellState], seen: int) -> Feed:
+def timing(t: CellTimeState) -> str:
+    """``host 12.3 ms (simulated device) · estimated on an idealised TPU v6e chip (...)``."""
+    host = f"host {seconds_text(t['host'])} (simulated device)" if t["estimate"] else (
+        f"host {seconds_text(t['host'])}")
+    return f"{host} · {t['estimate']}" if t["estimate"] else host
+
+
+def feed(events: list[EventState], cells: list[CellState], seen: int,
+         times: list[CellTimeState]) -> Feed:
     """The events grouped by cell, newest cell first, in order within a cell; routine events
-    collapsed (:func:`collapse`); the newest recompile's explanation open."""
+    collapsed (:func:`collapse`); the newest recompile's explanation open; each timed cell's
+    host and estimated TPU time (also for a timed cell without events)."""
     totals = {c["cell"]: c for c in cells}
+    timed = {t["cell"]: t for t in times}
     recompiles = [e["seq"] for e in events if e["kind"] == "recompile"]
     newest = recompiles[-1] if recompiles else None
+    grouped = _by_cell(events)
+    shown = {cell for cell, _ in grouped}
+    ordered = sorted([(members[-1]["seq"], cell, members) for cell, members in grouped]
+                     + [(t["seq"] + 0.5, t["cell"], []) for t in times if t["cell"] not in shown],
+                     key=lambda item: item[0], reverse=True)
     groups: list[Group] = []
-    for position, (cell, members) in enumerate(_by_cell(events)):
+    for position, (_, cell, members) in enumerate(ordered):
         known = totals.get(cell)
         counts = known["counts"] if known else collections.Counter(e["kind"] for e in members)
         groups.append(
@@ -231,6 +259,7 @@ def feed(events: list[EventState], cells: list[CellState], seen: int) -> Feed:
                 "badges": [
                     {"kind": kind, "text": counted(n, _COUNTED[kind])} for kind, n in counts.items()
                 ],
+                "timing": timing(timed[cell]) if cell in timed else "",
                 "open": position == 0 or any(e["kind"] in NOTABLE for e in members),
                 "rows": [_row(e, n, summary, newest) for e, n, summary in collapse(members)],
             }

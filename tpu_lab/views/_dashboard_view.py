@@ -40,6 +40,8 @@ class DashboardView(View):
         lines.append(f"  events ({feed['shown']})")
         for group in feed["groups"]:
             lines.append(f"  {group['title']} · {group['total']}")
+            if group["timing"]:
+                lines.append(clip(f"    {group['timing']}", width))
             for row in group["rows"]:
                 times = f" {row['times']}" if row["times"] else ""
                 line = f"    {row['seq']:>5} {row['label']:<11} {row['summary']}{times}"
@@ -53,7 +55,10 @@ class DashboardView(View):
             f"<details{' open' if group['open'] else ''}>"
             f"<summary style='cursor:pointer;font-weight:600'>"
             f"{esc(group['title'])} <span style='{_MUTED};font-weight:400'>"
-            f"· {esc(group['total'])}</span></summary>"
+            f"· {esc(group['total'])}</span>"
+            + (f"<div style='{_MUTED};font-weight:400;font-size:smaller'>"
+               f"{esc(group['timing'])}</div>" if group["timing"] else "")
+            + "</summary>"
             f"<table style='{_FONT};border-collapse:collapse'>"
             + "".join(self._row_html(row) for row in group["rows"])
             + "</table></details>"

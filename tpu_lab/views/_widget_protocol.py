@@ -84,6 +84,9 @@ class Group(TypedDict):
     title: str  # "In [5]", or "outside a cell"
     total: str  # "40 events"
     badges: list[Badge]
+    #: "host 12.3 ms (simulated device) · estimated on an idealised TPU v6e chip (not a
+    #: measurement): 45.1 µs (...)"; "" where the cell was not timed
+    timing: str
     open: bool  # starts open: the newest cell, and every cell with a notable event
     rows: list[Row]
 

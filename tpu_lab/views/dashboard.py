@@ -1,5 +1,6 @@
 """The live dashboard: per-chip HBM, the eager-mode toggle, compile-cache hit rate and the event
-feed grouped by notebook cell, as an anywidget that updates while cells run.
+feed grouped by notebook cell, each cell with its host time and its estimated time on an
+idealised TPU chip, as an anywidget that updates while cells run.
 
 The dashboard subscribes to its event log: every event reaches it as a snapshot
 (:class:`tpu_lab.events.Snapshot`: the event, and the device's state), and :meth:`_Feed.add`
@@ -9,8 +10,10 @@ widget update every ``interval`` seconds, drawn from the newest snapshot, keepin
 OOMs and mode changes, so that a flood of transfers cannot push a recompile out of view). The
 end of every IPython cell (a snapshot without an event) updates it at once; where nothing is
 published for ``poll`` seconds it reads a fresh snapshot (HBM of new tensors, a mode set on
-TorchTPU directly). Where no widget manager runs, the same state renders as text/html and
-text/plain (:class:`DashboardView`).
+TorchTPU directly). While a dashboard is open, every cell is timed and, on the bundled device,
+its ops are recorded (:mod:`tpu_lab.events.cell_times`); a cell's estimate is worked out once,
+when the dashboard first draws it. Where no widget manager runs, the same state renders as
+text/html and text/plain (:class:`DashboardView`).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ import traitlets
 
 from .. import session
 from ..errors import TpuLabError
-from ..events import Event, EventLog, Snapshot
+from ..events import Event, EventLog, Snapshot, cell_times
 from ..runtime import DeviceStatus, backend
 from ._dashboard_rows import (
     NOTABLE,
     CacheState,
+    CellTimeState,
     ChipState,
     DashboardState,
     DeviceState,
@@ -167,7 +171,8 @@ class Dashboard(anywidget.AnyWidget):
     ``interval`` is the shortest time between two updates (seconds), ``poll`` how often HBM and the
     cache counters are re-read while no events arrive.
 
-    Its state (``device``, ``chips``, ``cache``, ``events``, ``cells``, ``seen``: figures) stays
+    Its state (``device``, ``chips``, ``cache``, ``events``, ``cells``, ``times``, ``seen``:
+    figures) stays
     in Python; the front end receives the rows computed from it (``header``, ``gauges``,
     ``counters``, ``feed``; :mod:`._dashboard_rows`), which :class:`DashboardView` draws too.
     """
@@ -180,6 +185,7 @@ class Dashboard(anywidget.AnyWidget):
     cache = traitlets.Dict()
     events = traitlets.List()
     cells = traitlets.List()
+    times = traitlets.List()
     seen = traitlets.Int(0)
     header = traitlets.Dict().tag(sync=True)
     gauges = traitlets.Dict().tag(sync=True)
@@ -221,6 +227,8 @@ class Dashboard(anywidget.AnyWidget):
         self._log = log
         self._feed = _Feed(max_events, max_notable, max_cells)
         self._states: dict[int, dict] = {}
+        self._times: dict[tuple, CellTimeState] = {}  # (cell, seq) -> its drawn time
+        self._first_timed = cell_times.timed()  # cells timed before it opened are not shown
         self._displays: list = []  # IPython DisplayHandles of this dashboard's outputs
         self._flush_lock = threading.RLock()
         self._sending = threading.local()  # set while flush() writes traits: not the user's toggle
@@ -231,7 +239,7 @@ class Dashboard(anywidget.AnyWidget):
         self._mode = backend().status().eager_mode
         self._unsubscribe = log.subscribe(self._on_snapshot)
         self._feed.add_history(log.events())
-        self._follow_cells()
+        self._timing = self._follow_cells()
         self.observe(self._on_toggle, names="eager_mode")
         self.flush()
         self._worker = threading.Thread(target=self._run, name="tpu_lab-dashboard", daemon=True)
@@ -251,14 +259,36 @@ class Dashboard(anywidget.AnyWidget):
             self._wake.set()
 
     @staticmethod
-    def _follow_cells() -> None:
-        """In IPython, have the end of every cell published (``cell_finished``)."""
+    def _follow_cells() -> bool:
+        """In IPython, have the end of every cell published (``cell_finished``) and every cell
+        timed (its ops recorded for an estimate); True where cells are followed."""
         from ..events.context import follow
 
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython else None
-        if shell is not None:
-            follow(shell)
+        if shell is None:
+            return False
+        follow(shell)
+        cell_times.time_cells(True)
+        return True
+
+    def _time_states(self) -> list[CellTimeState]:
+        """The timed cells, each estimated once (when first drawn)."""
+        from .estimate import line
+
+        states = {}
+        for t in list(cell_times.TIMES.values()):
+            if t.number < self._first_timed:
+                continue
+            key = (t.cell, t.seq)
+            found = self._times.get(key)
+            if found is None:
+                estimate = t.estimate()
+                found = {"cell": t.cell, "seq": t.seq, "host": t.seconds,
+                         "estimate": "" if estimate is None else line(estimate)}
+            states[key] = found
+        self._times = states
+        return list(states.values())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -280,6 +310,7 @@ class Dashboard(anywidget.AnyWidget):
             "cache": self.cache,
             "events": self.events,
             "cells": self.cells,
+            "times": self.times,
             "seen": self.seen,
             "modes": self.modes,
             "eager_mode": self.eager_mode,
@@ -309,6 +340,7 @@ class Dashboard(anywidget.AnyWidget):
                 "cache": cache,
                 "events": list(states.values()),
                 "cells": cells,
+                "times": self._time_states(),
                 "seen": seen,
                 "eager_mode": self._mode,
             }
@@ -381,6 +413,8 @@ class Dashboard(anywidget.AnyWidget):
             self._stop.set()
             self._wake.set()
             self._unsubscribe()
+            if self._timing:
+                cell_times.time_cells(False)
             if self._worker is not threading.current_thread():
                 self._worker.join(timeout=5)
             if self._displays and not sys.is_finalizing():

@@ -67,6 +67,30 @@ def _facts(e: Estimate) -> list[str]:
     return facts
 
 
+def chip_text(e: Estimate) -> str:
+    """``'an idealised TPU v6e chip'`` (one of a v7 chip's two devices: ``'an idealised TPU
+    v7 device'``)."""
+    name, per, _ = e.chip.name.partition("/")
+    return f"an idealised TPU {name} {'device' if per else 'chip'}"
+
+
+def line(e: Estimate, top: int = 2) -> str:
+    """One line for beside a host time: ``estimated on an idealised TPU v6e chip (not a
+    measurement): 1.82 ms (memory-bound; MXU 23%, padding waste 4%; top: aten.mm 61%, ...)``."""
+    head = f"estimated on {chip_text(e)} (not a measurement)"
+    if not e.ops:
+        return f"{head}: no TPU ops ran"
+    total = e.seconds or 1.0
+    by_name: dict[str, float] = {}
+    for o in e.ops:  # one op of several shapes is named once
+        by_name[o.name] = by_name.get(o.name, 0.0) + o.seconds
+    ranked = sorted(by_name.items(), key=lambda item: -item[1])[:top]
+    tops = ", ".join(f"{name} {seconds / total:.0%}" for name, seconds in ranked)
+    notes = "".join(f"; note: {n}" for n in e.notes)
+    return (f"{head}: {seconds_text(e.seconds)} ({e.bound}-bound; MXU "
+            f"{e.mxu_utilisation:.0%}, padding waste {e.padding_waste:.0%}; top: {tops}){notes}")
+
+
 _HEAD = ("op", "count", "time", "share", "bound", "FLOPs", "HBM")
 
 

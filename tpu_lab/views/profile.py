@@ -1,11 +1,37 @@
 """A profile (:class:`tpu_lab.profiler.report.Profile`) as a picture: a timeline of its ops,
 sync points, compilations, cache hits/misses and transfers (text, or an inline SVG without
-scripts), and the per-op table of the most expensive ops."""
+scripts), and the per-op table of the most expensive ops; where the profile has an estimate, an
+"estimated TPU" track beside the host timeline (on its own scale: estimated time on an
+idealised chip) and the estimate's per-op table (FLOPs, HBM bytes, arithmetic intensity, bound).
+"""
 
 from __future__ import annotations
 
+from ..estimate.result import Estimate
 from ..profiler.report import LANES, Profile
+from ..runtime.memory import format_bytes
 from .base import View, clip, esc, terminal_width
+from .estimate import chip_text, flops_text, seconds_text
+
+#: The estimated track's name, and the colour of its steps by bound.
+ESTIMATED = "est. TPU"
+BOUND_COLOURS = {"compute": "#b07aa1", "memory": "#9c755f", "collective": "#edc948",
+                 "launch": "#bab0ac"}
+_EST_HEAD = ("op", "count", "est. time", "share", "FLOPs", "HBM", "FLOP/B", "bound")
+
+
+def _estimate_rows(e: Estimate, top: int) -> list[tuple[str, ...]]:
+    total = e.seconds or 1.0
+    return [(f"{o.name} {o.shapes}".strip(), str(o.count), seconds_text(o.seconds),
+             f"{o.seconds / total:.1%}", flops_text(o.flops) if o.flops else "-",
+             format_bytes(int(o.hbm_bytes)) if o.hbm_bytes else "-",
+             f"{o.intensity:.3g}" if o.intensity is not None else "-", o.bound)
+            for o in e.top(top) if o.kind != "launch"]
+
+
+def _estimate_head(e: Estimate) -> str:
+    return (f"estimated on {chip_text(e)} (not a measurement): {seconds_text(e.seconds)}, "
+            f"{e.bound}-bound")
 
 #: The lanes' colours in the SVG timeline.
 LANE_COLOURS = {
@@ -46,6 +72,22 @@ class ProfileView(View):
                     row[i] = _MARK[lane]
             lines.append(f"{lane:>9} |{''.join(row)}|")
         lines.append(f"{'':>9}  0{'':{cols - 12}}{self.profile.total_us / 1e3:8.1f} ms")
+        e = self.profile.estimate
+        if e is not None:
+            row = [" "] * cols
+            est_span = max(e.seconds * 1e6, 1e-9)
+            for n, s in enumerate(self.profile.estimated):
+                a = min(int(s.start_us / est_span * cols), cols - 1)
+                b = min(max(int((s.start_us + s.dur_us) / est_span * cols), a + 1), cols)
+                mark = ("#+" if s.bound == "compute" else "=-")[n % 2]  # steps told apart
+                for i in range(a, b):
+                    row[i] = mark
+            lines.append(f"{ESTIMATED:>9} |{''.join(row)}|")
+            lines.append(f"{'':>9}  0{'':{cols - 12}}{seconds_text(e.seconds):>8}")
+            lines.append(clip(f"{'':>9}  {ESTIMATED}: estimated time on {chip_text(e)} (not a "
+                              "measurement)", width))
+            lines.append(clip(f"{'':>9}  on its own scale; #+ compute-bound, =- memory- or "
+                              "launch-bound", width))
         lines.append("")
         lines.append(f"  {'op':<34}{'calls':>7}{'total ms':>11}{'mean µs':>10}{'share':>8}")
         for s in self.profile.table()[: self.top]:
@@ -60,12 +102,28 @@ class ProfileView(View):
                 where = f"  ({e.where})" if e.where else ""
                 lines.append(clip(f"  {e.start_us / 1e3:8.2f} ms  {e.kind:<10} {e.summary}{where}",
                                   width))  # fmt: skip
+        if self.profile.estimate is not None:
+            lines += ["", *self._estimate_table(width)]
         return "\n".join(lines)
+
+    def _estimate_table(self, width: int) -> list[str]:
+        e = self.profile.estimate
+        rows = _estimate_rows(e, self.top)
+        name = min(max([len(_EST_HEAD[0]), *(len(r[0]) for r in rows)]), max(width - 72, 12))
+        fmt = "  {:<{n}} {:>6} {:>10} {:>6} {:>11} {:>10} {:>8}  {}"
+        lines = [clip(f"  {_estimate_head(e)}", width),
+                 clip(fmt.format(*_EST_HEAD, n=name), width)]
+        lines += [clip(fmt.format(clip(r[0], name), *r[1:], n=name), width) for r in rows]
+        hidden = len([o for o in e.ops if o.kind != "launch"]) - len(rows)
+        if hidden > 0:
+            lines.append(f"  ... {hidden} more")
+        return lines
 
     def svg(self, width: int = 760) -> str:
         lane_h, left = 22, 70
         lanes = self._lanes()
-        height = lane_h * len(lanes) + 24
+        est = self.profile.estimate
+        height = lane_h * (len(lanes) + (est is not None)) + 24
         span = max(self.profile.total_us, 1.0)
         scale = (width - left - 10) / span
         out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
@@ -85,7 +143,21 @@ class ProfileView(View):
                 w = max(dur * scale, 1.5)
                 out.append(f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{lane_h - 4}' "
                            f"fill='{LANE_COLOURS[lane]}'><title>{esc(title)}</title></rect>")
-        y = len(lanes) * lane_h + 18
+        if est is not None:
+            y = len(lanes) * lane_h + 4
+            est_scale = (width - left - 10) / max(est.seconds * 1e6, 1e-9)
+            out.append(f"<text x='4' y='{y + 14}'>{ESTIMATED}</text>")
+            out.append(f"<rect x='{left}' y='{y}' width='{width - left - 10}' height='{lane_h - 4}'"
+                       " fill='#f4f4f4'><title>estimated time on its own scale, 0 to "
+                       f"{esc(seconds_text(est.seconds))}: {esc(_estimate_head(est))}"
+                       "</title></rect>")
+            for s in self.profile.estimated:
+                out.append(f"<rect x='{left + s.start_us * est_scale:.1f}' y='{y}' "
+                           f"width='{max(s.dur_us * est_scale, 1.5):.1f}' height='{lane_h - 4}' "
+                           f"fill='{BOUND_COLOURS[s.bound]}'><title>{esc(s.name)} "
+                           f"{esc(seconds_text(s.dur_us / 1e6))} estimated, {s.bound}-bound"
+                           "</title></rect>")
+        y = (len(lanes) + (est is not None)) * lane_h + 18
         out.append(f"<text x='{left}' y='{y}'>0 ms</text>")
         out.append(f"<text x='{width - 10}' y='{y}' text-anchor='end'>"
                    f"{self.profile.total_us / 1e3:.1f} ms</text></svg>")  # fmt: skip
@@ -98,8 +170,17 @@ class ProfileView(View):
             f"<td>{s.mean_us:.1f}</td><td>{s.total_us / total * 100:.1f}%</td></tr>"
             for s in self.profile.table()[: self.top]
         )
+        estimated = ""
+        e = self.profile.estimate
+        if e is not None:
+            head = "".join(f"<th>{esc(h)}</th>" for h in _EST_HEAD)
+            body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>"
+                           for r in _estimate_rows(e, self.top))
+            estimated = (f"<b>{esc(_estimate_head(e))}</b> (the {ESTIMATED} track: its own "
+                         f"scale, 0 to {esc(seconds_text(e.seconds))})"
+                         f"<table><tr>{head}</tr>{body}</table>")
         return (
             f"<div><b>{esc(self.profile.summary())}</b><br>{self.svg()}"
             "<table><tr><th>op</th><th>calls</th><th>total ms</th><th>mean µs</th>"
-            f"<th>share</th></tr>{rows}</table></div>"
+            f"<th>share</th></tr>{rows}</table>{estimated}</div>"
         )

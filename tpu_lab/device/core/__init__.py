@@ -56,6 +56,21 @@ class Core(Protocol):
     def set_thread_recording(self, state: int) -> None:
         """This thread's own setting: 1 records, 0 counts, -1 follows the process's."""
 
+    def op_log_begin(self) -> int:
+        """Log this thread's ops (blocks nest): where this block's records start."""
+
+    def op_log_mark(self, kind: int, tag: int) -> None:
+        """Mark the log where this thread logs (0: a DEFER_AND_FUSE graph ends; 1: compiled
+        graph ``tag`` ran)."""
+
+    def op_log_end(self, start: int, make: Callable) -> tuple[list, list]:
+        """End a block: its distinct signatures and its ops since ``start`` (see
+        ``csrc/oplog.h``), each tensor of a signature as ``make(position, sizes, strides,
+        dtype)``; the outermost block turns the log off."""
+
+    def op_logging(self) -> bool:
+        """Whether this thread logs its ops."""
+
     def op_cache_configure(self, cache_only: bool, precision: int, excess: bool) -> None:
         """The process's parts of every single-op key, and cache-only mode."""
 

@@ -22,13 +22,14 @@ from pathlib import Path
 import torch
 
 _NAME = "tpu_lab_core"
-_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "opcache.cpp", "unsigned.cpp", "module.cpp")
+_SOURCES = ("hbm.cpp", "runtime.cpp", "kernels.cpp", "opcache.cpp", "oplog.cpp", "unsigned.cpp",
+            "module.cpp")
 _HERE = Path(__file__).resolve().parent
 
 
 def _fingerprint() -> str:
     digest = hashlib.sha256(f"torch {torch.__version__} python {sys.version}".encode())
-    for name in (*_SOURCES, "core.h", "opcache.h"):
+    for name in (*_SOURCES, "core.h", "opcache.h", "oplog.h"):
         digest.update((_HERE / "csrc" / name).read_bytes())
     return digest.hexdigest()[:16]
 

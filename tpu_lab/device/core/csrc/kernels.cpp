@@ -4,6 +4,7 @@
 // the numbers are the CPU's, bit for bit, and no byte is copied.
 #include "core.h"
 #include "opcache.h"
+#include "oplog.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
@@ -344,10 +345,16 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_of(op);
   const size_t nargs = op.schema().arguments().size();
   const size_t first = stack->size() - nargs;
-  if (is_recording()) {
+  const bool recording = is_recording();
+  if (recording) {
     record_op(plan.name, std::vector<c10::IValue>(stack->begin() + first, stack->end()));
   } else {
     count_op(plan.name.c_str(), plan.dot, c10::ArrayRef<c10::IValue>(stack->data() + first, nargs));
+  }
+  const bool logging = logs_ops();  // an estimate asks (oplog.h)
+  c10::SmallVector<c10::IValue, 6> called;
+  if (logging) {
+    called.assign(stack->begin() + first, stack->end());
   }
   c10::SmallVector<c10::IValue, 2> written;  // the "tpu" arguments the op writes to
   for (size_t index : plan.written) {
@@ -370,6 +377,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t i = stack->size() - nreturns; i < stack->size(); ++i) {
     (*stack)[i] = unwrapped.wrap((*stack)[i]);
   }
+  if (logging) {
+    log_op(op.schema(), called.data(), nargs, stack->data() + stack->size() - nreturns, nreturns,
+           recording);
+  }
 }
 
 void record(const char* name, std::vector<c10::IValue> args) {
@@ -386,6 +397,13 @@ void compute(const char* name, bool dot, std::vector<c10::IValue> args) {
   } else {
     count_op(name, dot, args);
   }
+}
+
+// The op a kernel of its own runs, for an estimate that asks (oplog.h).
+void log(const char* qualified, const char* overload, std::initializer_list<c10::IValue> args,
+         std::initializer_list<c10::IValue> results) {
+  log_op(c10::Dispatcher::singleton().findSchemaOrThrow(qualified, overload), args, results,
+         is_recording());
 }
 
 int64_t nbytes_of(const at::Tensor& t) {
@@ -469,6 +487,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   } else {
     compute("_copy_from", false, {self, dst});
     cpu_view(dst).copy_(cpu_view(self));
+    if (logs_ops()) {  // as the copy_ that asked for it
+      log("aten::copy_", "", {dst, self, false}, {dst});
+    }
   }
   return dst;
 }
@@ -510,8 +531,15 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
                        c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                        c10::IntArrayRef output_padding, int64_t groups) {
   compute("convolution_overrideable", true, {input, weight, bias, stride, padding, dilation});
-  return adopt(at::convolution(cpu_view(input), cpu_view(weight), cpu_view_of(bias), stride,
-                               padding, dilation, transposed, output_padding, groups));
+  at::Tensor out = adopt(at::convolution(cpu_view(input), cpu_view(weight), cpu_view_of(bias),
+                                         stride, padding, dilation, transposed, output_padding,
+                                         groups));
+  if (logs_ops()) {  // as the convolution the user called
+    log("aten::convolution", "",
+        {input, weight, bias, stride, padding, dilation, transposed, output_padding, groups},
+        {out});
+  }
+  return out;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
@@ -529,7 +557,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
       bias_sizes.has_value() ? std::optional<c10::IntArrayRef>(*bias_sizes) : std::nullopt,
       stride, padding, dilation, transposed, output_padding, groups, output_mask);
   auto back = [](const at::Tensor& t) { return t.defined() ? adopt(t) : t; };
-  return {back(grad_input), back(grad_weight), back(grad_bias)};
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> out{back(grad_input), back(grad_weight),
+                                                     back(grad_bias)};
+  if (logs_ops()) {
+    log("aten::convolution_backward", "",
+        {grad_output, input, weight,
+         bias_sizes.has_value() ? c10::IValue(*bias_sizes) : c10::IValue(), stride, padding,
+         dilation, transposed, output_padding, groups,
+         c10::List<bool>({output_mask[0], output_mask[1], output_mask[2]})},
+        {std::get<0>(out), std::get<1>(out), std::get<2>(out)});
+  }
+  return out;
 }
 
 // TorchTPU's out_dtype matmuls (no CPU kernel exists): bfloat16 or float16 inputs, a float32
@@ -545,13 +583,21 @@ at::ScalarType accumulator(const at::Tensor& self, at::ScalarType out_dtype) {
 at::Tensor mm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarType out_dtype) {
   compute("mm.dtype", true, {self, mat2, out_dtype});
   const at::ScalarType acc = accumulator(self, out_dtype);
-  return adopt(at::mm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
+  at::Tensor out = adopt(at::mm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
+  if (logs_ops()) {
+    log("aten::mm", "dtype", {self, mat2, out_dtype}, {out});
+  }
+  return out;
 }
 
 at::Tensor bmm_dtype(const at::Tensor& self, const at::Tensor& mat2, at::ScalarType out_dtype) {
   compute("bmm.dtype", true, {self, mat2, out_dtype});
   const at::ScalarType acc = accumulator(self, out_dtype);
-  return adopt(at::bmm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
+  at::Tensor out = adopt(at::bmm(cpu_view(self).to(acc), cpu_view(mat2).to(acc)));
+  if (logs_ops()) {
+    log("aten::bmm", "dtype", {self, mat2, out_dtype}, {out});
+  }
+  return out;
 }
 
 // A CPU tensor with t's metadata and no bytes (fake tensors while tracing have none either).

@@ -2,6 +2,7 @@
 // registers the callbacks; they hold no state of their own).
 #include "core.h"
 #include "opcache.h"
+#include "oplog.h"
 
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -103,6 +104,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("adopt", &adopt, "A 'tpu' tensor that takes over a CPU tensor's memory (no copy).");
   m.def("register_cpu_kernels", &register_cpu_kernels);
   m.def("op_cache_configure", &op_cache_configure);
+  m.def("op_log_begin", &op_log_begin);
+  m.def("op_log_mark", &op_log_mark);
+  m.def("op_log_end", &op_log_end);
+  m.def("op_logging", [] { return op_logging(); });
   m.def("set_thread_precision", &set_thread_precision);
   m.def("op_cache_dot_ops", &op_cache_dot_ops);
   m.def("op_cache_clear", &op_cache_clear);
