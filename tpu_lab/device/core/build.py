@@ -29,7 +29,7 @@ _HERE = Path(__file__).resolve().parent
 
 def _fingerprint() -> str:
     digest = hashlib.sha256(f"torch {torch.__version__} python {sys.version}".encode())
-    for name in (*_SOURCES, "core.h", "opcache.h", "oplog.h"):
+    for name in (*_SOURCES, "core.h", "hashing.h", "opcache.h", "oplog.h"):
         digest.update((_HERE / "csrc" / name).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -2,6 +2,8 @@
 // dtypes and values and one map lookup per op, no allocation on a hit.
 #include "opcache.h"
 
+#include "hashing.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -31,10 +33,6 @@ thread_local int64_t precision_here = -1;
 std::atomic<bool> excess_precision{false};
 std::unordered_set<std::string> dot_ops;
 
-inline void mix(uint64_t& h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-}
-
 void hash_tensor(uint64_t& h, const at::Tensor& t) {
   if (!t.defined()) {
     mix(h, 1);
@@ -55,45 +53,13 @@ void hash_tensor(uint64_t& h, const at::Tensor& t) {
 }
 
 void hash_value(uint64_t& h, const c10::IValue& v) {
-  if (v.isTensor()) {
-    hash_tensor(h, v.toTensor());
-  } else if (v.isTensorList()) {
+  if (v.isTensorList()) {
     mix(h, 3);
     for (const at::Tensor& t : v.toTensorList()) {
       hash_tensor(h, t);
     }
-  } else if (v.isInt()) {
-    mix(h, 4);
-    mix(h, static_cast<uint64_t>(v.toInt()));
-  } else if (v.isDouble()) {
-    double d = v.toDouble();
-    uint64_t bits = 0;
-    std::memcpy(&bits, &d, sizeof(bits));
-    mix(h, 5);
-    mix(h, bits);
-  } else if (v.isBool()) {
-    mix(h, v.toBool() ? 7 : 6);
-  } else if (v.isNone()) {
-    mix(h, 8);
-  } else if (v.isIntList()) {
-    mix(h, 9);
-    for (int64_t x : v.toIntList()) {
-      mix(h, static_cast<uint64_t>(x));
-    }
-  } else if (v.isList()) {
-    mix(h, 10);
-    for (const c10::IValue& item : v.toListRef()) {
-      hash_value(h, item);
-    }
-  } else if (v.isString()) {
-    mix(h, 11);
-    mix(h, std::hash<std::string_view>{}(v.toStringView()));
-  } else if (v.isDevice()) {
-    mix(h, 12);
-    mix(h, static_cast<uint64_t>(v.toDevice().type()));
-    mix(h, static_cast<uint64_t>(v.toDevice().index() + 1));
   } else {
-    mix(h, 13);  // a generator, a stream...: the same compiled op whichever
+    hash_argument(h, v, hash_tensor);
   }
 }
 

@@ -6,6 +6,8 @@
 // flag, and the count of open blocks).
 #include "oplog.h"
 
+#include "hashing.h"
+
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
@@ -166,48 +168,13 @@ void add_slot(const c10::IValue& value) {
   }
 }
 
-inline void mix(uint64_t& h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-}
-
-void hash_value(uint64_t& h, const c10::IValue& v) {
-  if (v.isInt()) {
-    mix(h, 4);
-    mix(h, static_cast<uint64_t>(v.toInt()));
-  } else if (v.isDouble()) {
-    const double d = v.toDouble();
-    uint64_t bits = 0;
-    std::memcpy(&bits, &d, sizeof(bits));
-    mix(h, 5);
-    mix(h, bits);
-  } else if (v.isBool()) {
-    mix(h, v.toBool() ? 7 : 6);
-  } else if (v.isNone()) {
-    mix(h, 8);
-  } else if (v.isList()) {
-    mix(h, 10);
-    for (const c10::IValue& item : v.toListRef()) {
-      hash_value(h, item);
-    }
-  } else if (v.isString()) {
-    mix(h, 11);
-    mix(h, std::hash<std::string_view>{}(v.toStringView()));
-  } else if (v.isDevice()) {
-    mix(h, 12);
-    mix(h, static_cast<uint64_t>(v.toDevice().type()));
-    mix(h, static_cast<uint64_t>(v.toDevice().index() + 1));
-  } else {
-    mix(h, 13);  // a generator, a stream...: the same signature whichever
-  }
-}
-
 void hash_tensor(uint64_t& h, const at::Tensor& t) {
   if (!t.defined()) {
     mix(h, 1);
     return;
   }
   if (is_number(t)) {  // a Python number: the number is part of the signature
-    hash_value(h, wrapped_number(t));
+    hash_argument(h, wrapped_number(t), hash_tensor);
     return;
   }
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -236,7 +203,7 @@ void hash_slot(uint64_t& h, const c10::IValue& v) {
       }
     }
   } else {
-    hash_value(h, v);
+    hash_argument(h, v, hash_tensor);
   }
 }
 
