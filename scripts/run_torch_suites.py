@@ -15,7 +15,7 @@ in both environments:
 - without tpu-lab: an environment holding the same torch and no tpu-lab at all (turning the
   autoload off is not the same thing: the package would still be importable).
   ``--baseline-venv DIR`` creates it on first use (``pip install torch==<PY's torch version>
-  pytest expecttest hypothesis``); ``--baseline-python`` names an existing one.
+  pytest expecttest hypothesis numpy``); ``--baseline-python`` names an existing one.
 
 The default selection (the stored versions nearest to torch 2.13.0; no file of the exact
 release commit is stored, so a test may fail in both environments, which this comparison
@@ -56,8 +56,9 @@ DEFAULT_FILES = (
     "test/test_float32_precision.py",
     "test/inductor/test_backward_symint_guards.py",
 )
-#: What the environment without tpu-lab needs besides torch to run PyTorch's test files.
-BASELINE_PACKAGES = ("pytest", "expecttest", "hypothesis")
+#: What the environment without tpu-lab needs besides torch to run PyTorch's test files
+#: (torch.testing._internal imports numpy).
+BASELINE_PACKAGES = ("pytest", "expecttest", "hypothesis", "numpy")
 _LOG_ENV = "TORCH_SUITES_LOG"
 WITH, WITHOUT = "with tpu-lab", "without tpu-lab"
 
