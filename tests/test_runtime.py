@@ -149,6 +149,7 @@ def test_the_tour_runs_and_checks_itself():
     out = _python("from tpu_lab.cli import main; raise SystemExit(main(['tour']))")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "same as CPU:   True" in out.stdout
+    assert "TPU time:      estimated on an idealised TPU v6e chip (not a measurement): " in out.stdout
     assert "torch.OutOfMemoryError: RESOURCE_EXHAUSTED" in out.stdout
 
 

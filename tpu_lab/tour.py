@@ -41,16 +41,20 @@ def run() -> int:
         cpu_model = LlamaForCausalLM.from_pretrained(folder).eval()
         tpu_model = LlamaForCausalLM.from_pretrained(folder, device_map="tpu").eval()
     ids = torch.randint(0, TINY_LLAMA["vocab_size"], (1, 8))
-    start = time.perf_counter()
-    on_tpu = tpu_model.generate(ids.to("tpu"), max_new_tokens=24, do_sample=False).cpu()
-    tpu_s = time.perf_counter() - start
+    with tpu_lab.timed("generate") as on_device:
+        on_tpu = tpu_model.generate(ids.to("tpu"), max_new_tokens=24, do_sample=False).cpu()
     start = time.perf_counter()
     on_cpu = cpu_model.generate(ids, max_new_tokens=24, do_sample=False)
     cpu_s = time.perf_counter() - start
     same = torch.equal(on_tpu, on_cpu)
     print(f"tokens on tpu: {on_tpu[0, 8:].tolist()}")
     print(f"same as CPU:   {same}")
+    tpu_s = on_device.seconds
     print(f"host time:     tpu {tpu_s:.3f} s, cpu {cpu_s:.3f} s (simulated: not TPU speed)")
+    if on_device.estimate is not None:
+        from .views.estimate import line
+
+        print(f"TPU time:      {line(on_device.estimate)}")
     memory = tpu_lab.backend().memory()
     print(f"HBM in use:    {memory.live:,} bytes of {memory.capacity:,} (peak {memory.peak:,})")
 
