@@ -181,8 +181,7 @@ def estimate_request(pipe, calls: list[Call], *, chips: int, mode: str, items: i
                      unit: str) -> RequestEstimate | Unestimated:
     """The estimated TPU time of ``calls`` of ``pipe``'s components on ``chips`` chips in
     ``mode`` (a :class:`Call` with ``split`` runs tensor parallel over them, the others whole on
-    each);
-    :class:`Unestimated` when the estimates do not cover one of its models."""
+    each); :class:`Unestimated` when the estimates do not cover one of its models."""
     from ..errors import ShardingError
 
     generation = generation_of(chips)

@@ -228,9 +228,8 @@ def counters(cache: CacheState) -> Counters:
 
 def timing(t: CellTimeState) -> str:
     """``host 12.3 ms (simulated device) · estimated on an idealised TPU v6e chip (...)``."""
-    host = f"host {seconds_text(t['host'])} (simulated device)" if t["estimate"] else (
-        f"host {seconds_text(t['host'])}")
-    return f"{host} · {t['estimate']}" if t["estimate"] else host
+    host = f"host {seconds_text(t['host'])}"
+    return f"{host} (simulated device) · {t['estimate']}" if t["estimate"] else host
 
 
 def feed(events: list[EventState], cells: list[CellState], seen: int,

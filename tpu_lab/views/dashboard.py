@@ -172,9 +172,9 @@ class Dashboard(anywidget.AnyWidget):
     cache counters are re-read while no events arrive.
 
     Its state (``device``, ``chips``, ``cache``, ``events``, ``cells``, ``times``, ``seen``:
-    figures) stays
-    in Python; the front end receives the rows computed from it (``header``, ``gauges``,
-    ``counters``, ``feed``; :mod:`._dashboard_rows`), which :class:`DashboardView` draws too.
+    figures) stays in Python; the front end receives the rows computed from it (``header``,
+    ``gauges``, ``counters``, ``feed``; :mod:`._dashboard_rows`), which :class:`DashboardView`
+    draws too.
     """
 
     _esm = widget_file("dashboard.js")
