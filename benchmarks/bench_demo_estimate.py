@@ -42,7 +42,7 @@ def compare(name: str, demo, request, repeats: int) -> None:
     """Time ``demo.run(request)`` without the estimate and with it kept; then the estimate
     alone, from scratch and kept."""
     from tpu_lab.apps import estimated
-    from tpu_lab.estimate.planner import forget
+    from tpu_lab.sharding.step_estimate import forget
 
     with_estimate = demo.estimated
 

@@ -8,7 +8,7 @@ costed, from scratch each repeat. The per-op figures time ``torch.add`` of two 6
 "tpu" tensors alone, then followed by ``op_cost`` of its signature as a device would have
 recorded it (the pure per-op function), then followed by building that signature from the
 tensors and ``op_cost`` (both per op); interleaved, medians. The device's op log
-(``tpu_lab.estimate.estimating``) is timed the same way: the op with the log off, and inside an
+(``tpu_lab.estimating``) is timed the same way: the op with the log off, and inside an
 estimating block with it on (interleaved, medians), then what the block's end costs per op (the
 records handed to Python as signatures) and the estimate of them (costed once, when asked).
 Run: ``python benchmarks/bench_estimate.py [--quick]``.
@@ -24,11 +24,10 @@ import torch
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
 from _record import quick, record
-from tpu_lab.device import current
 from tpu_lab.estimate import op_cost, signature
-from tpu_lab.estimate.configs import config
-from tpu_lab.estimate.planner import forget
 from tpu_lab.sharding import plan
+from tpu_lab.sharding.published_configs import config
+from tpu_lab.sharding.step_estimate import forget
 
 aten = torch.ops.aten
 
@@ -91,7 +90,6 @@ def small_op(repeats: int, loops: int) -> None:
 
 def op_log(repeats: int, loops: int) -> None:
     x, y = torch.randn(64, device="tpu"), torch.randn(64, device="tpu")
-    device = current()
 
     def off():
         for _ in range(loops):
@@ -100,7 +98,7 @@ def op_log(repeats: int, loops: int) -> None:
     times: dict[str, list[float]] = {"off": [], "on": [], "end": [], "estimate": []}
 
     def on():
-        block = device.estimating()
+        block = tpu_lab.estimating()
         recording = block.__enter__()
         times["on"].append(_seconds(off))
         times["end"].append(_seconds(lambda: block.__exit__(None, None, None)))

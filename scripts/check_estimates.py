@@ -1,6 +1,6 @@
 """Print the estimates beside published TPU measurements (the table in docs/estimates.md).
 
-Each row of ``tpu_lab.estimate.validation.MEASUREMENTS`` is estimated from its model's
+Each row of ``tpu_lab.sharding.published_runs.MEASUREMENTS`` is estimated from its model's
 published config on the meta device, with the one set of assumptions every estimate uses, and
 set beside the published time: ratio = estimated / measured seconds (an idealised chip beats a
 real run; the aim is 0.4 to 1.1). Run: ``python scripts/check_estimates.py`` (about a minute).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from tpu_lab.estimate.validation import MEASUREMENTS, compare, table
+from tpu_lab.sharding.published_runs import MEASUREMENTS, compare, table
 
 
 def main() -> None:

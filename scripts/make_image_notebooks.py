@@ -330,12 +330,12 @@ the cell). The clip from rank 0, played:"""),
 
 The times above are host time on the simulated device. For a model of the announcement's size,
 tpu_lab estimates the TPU time from the published config alone: Qwen-Image's transformer
-(`tpu_lab.estimate.configs`, the numbers of its `config.json`), built on the meta device (no
+(`tpu_lab.sharding.published_configs`, the numbers of its `config.json`), built on the meta device (no
 weights, nothing downloaded) in bfloat16, split over the four v6e chips (TP=4) by Diffusers'
 own plan, for one 1024×1024 image. Every op is costed on an **idealised** v6e (its published
 peak FLOP/s and HBM bandwidth; the all-reduces over ICI): an **estimate of an idealised chip**,
 never a measurement. One denoising step is one call of the transformer:"""),
-    ("code", """from tpu_lab.estimate.configs import PUBLISHED, config
+    ("code", """from tpu_lab.sharding.published_configs import PUBLISHED, config
 
 qwen = config("qwen-image")
 print(PUBLISHED["qwen-image"].source)
@@ -383,7 +383,7 @@ compile time (the first call), host overhead, and anything XLA does differently 
 engine's fusion rules. The prompt counts as the pipeline's longest (512 tokens). How far is an
 idealised chip from a real one? MaxDiffusion published a measured time for FLUX.1-dev on a
 v6e-4 (four images, one per chip, 28 steps); the same engine, the same assumptions:"""),
-    ("code", """from tpu_lab.estimate.validation import MEASUREMENTS, compare
+    ("code", """from tpu_lab.sharding.published_runs import MEASUREMENTS, compare
 
 row = next(r for r in MEASUREMENTS if r.model == "flux.1-dev" and r.generation == "v6e")
 check = compare(row)

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from tpu_lab.device.topology import GENERATIONS
 from tpu_lab.errors import TpuLabError
 from tpu_lab.estimate import (
     CHIPS,
@@ -27,6 +26,7 @@ from tpu_lab.estimate import (
 from tpu_lab.estimate.collectives import ring_bytes, seconds
 from tpu_lab.estimate.ops import OpSignature, flops, op_name
 from tpu_lab.estimate.trace import Recorder
+from tpu_lab.hardware.topology import GENERATIONS
 from tpu_lab.views import view
 from tpu_lab.views.estimate import EstimateView
 

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import tpu_lab
+from tpu_lab import estimating
 from tpu_lab.device import current
 from tpu_lab.errors import TpuLabError
-from tpu_lab.estimate import estimate, estimating
+from tpu_lab.estimate import estimate
 from tpu_lab.estimate.trace import Recorder
 from tpu_lab.views.estimate import line
 
@@ -67,7 +68,7 @@ def test_recorded_estimate_equals_the_meta_estimate():
     meta = [torch.empty(t.shape, device="meta") for t in _inputs("cpu")]
     expected = estimate(_fn, *meta, mode="eager")
     tensors = _inputs("tpu")
-    with current().estimating() as r:
+    with estimating() as r:
         _fn(*tensors)
     got = r.estimate()
     assert _fields(got) == _fields(expected)

@@ -12,11 +12,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, MixtralConfig
 
 from tpu_lab.errors import ShardingError
-from tpu_lab.estimate.inputs import language_step
-from tpu_lab.estimate.planner import _model
-from tpu_lab.estimate.runner import FusedAttention
 from tpu_lab.models import TINY_LLAMA
 from tpu_lab.sharding import plan
+from tpu_lab.sharding.meta_run import FusedAttention
+from tpu_lab.sharding.step_estimate import _model
+from tpu_lab.sharding.step_inputs import language_step
 
 BF16 = torch.bfloat16
 LLAMA4 = dict(TINY_LLAMA, num_key_value_heads=4)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpu_lab.estimate.validation import MEASUREMENTS, compare
+from tpu_lab.sharding.published_runs import MEASUREMENTS, compare
 
 #: Rows whose estimate is below 0.4 of the measured time (reported in docs/estimates.md).
 BELOW_AIM = {"Flux.1-dev 1024px, 28 steps, v4-8 (4 chips, 1 image each)"}

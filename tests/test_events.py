@@ -193,7 +193,7 @@ def test_events_between_cells_belong_to_no_cell():
 
 
 def test_subscribers_get_each_event_once_with_the_state_of_the_device(log):
-    from tpu_lab.events.bus import BUS
+    from tpu_lab.bus import BUS
     from tpu_lab.runtime import backend
 
     got, on_bus = [], []
@@ -238,7 +238,7 @@ def test_the_log_is_made_on_first_use_and_events_can_be_switched_off():
 
     code = (
         "import torch, tpu_lab, tpu_lab.events as events\n"
-        "from tpu_lab.events.bus import BUS\n"
+        "from tpu_lab.bus import BUS\n"
         "print(events._made is None, len(BUS.subscribers))\n"
         "torch.ones(2).to('tpu').cpu()\n"
         "print(events._made is None, len(events.log.events()))\n"

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import tpu_lab
-from tpu_lab.device import current, format_bytes
+from tpu_lab.device import current
+from tpu_lab.units import format_bytes
 
 MiB = 1 << 20
 

@@ -175,7 +175,7 @@ def test_standin_profiler_module_is_this_one():
 
 
 def test_torch_tpu_profiler_module_has_torchtpus_public_name():
-    from tpu_lab.profiler.config import torch_tpu_module
+    from tpu_lab.device.profiler_config import torch_tpu_module
 
     module = torch_tpu_module()
     assert module.__name__ == "torch.tpu.profiler" and module.__all__ == ["TpuProfilerConfig"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import tpu_lab
-from tpu_lab.device import parse_topology
 from tpu_lab.errors import TopologyError
+from tpu_lab.hardware import parse_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,8 +12,9 @@ from transformers import LlamaConfig
 import tpu_lab
 from tpu_lab.errors import ShardingError
 from tpu_lab.models import TINY_LLAMA
-from tpu_lab.sharding import figure, plan, simulate, view
+from tpu_lab.sharding import plan, simulate
 from tpu_lab.sharding.info import REPLICATE, Split, layout_info, model_layout, shard
+from tpu_lab.views import figure
 from tpu_lab.views.sharding import (
     CHIP_COLORS,
     LayoutView,
@@ -21,6 +22,7 @@ from tpu_lab.views.sharding import (
     PlanMemoryView,
     PlanView,
     ShardingView,
+    view,
 )
 
 LLAMA4 = dict(TINY_LLAMA, num_key_value_heads=4)
@@ -146,6 +148,10 @@ def test_view_dispatches_on_what_it_is_given(tiny_plan):
     assert with_estimate.to_text(200).splitlines()[:4] == drawn.to_text(200).splitlines()[:4]
     with pytest.raises(ShardingError, match="^estimate= goes with a Plan, not a ModelLayout.$"):
         view(tiny_plan.layout, estimate=estimate)
+    # tpu_lab.view draws tensors and modules as their sharding too, and a plan with its step
+    assert isinstance(tpu_lab.view(torch.ones(2, 3), name="x"), ShardingView)
+    assert tpu_lab.view(lin).layout == model_layout(lin)
+    assert tpu_lab.view(tiny_plan, estimate=estimate).estimate is estimate
 
 
 def test_mesh_run_view():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tpu_lab.device.slices import HOST_BLOCK, multi_host
-from tpu_lab.device.topology import parse_topology
 from tpu_lab.errors import TopologyError
+from tpu_lab.hardware.slices import HOST_BLOCK, multi_host
+from tpu_lab.hardware.topology import parse_topology
 
 
 def test_v6e_16_is_four_hosts_of_four_chips_in_a_4x4_mesh():

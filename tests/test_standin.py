@@ -28,7 +28,7 @@ from torch_tpu import api
 from torch_tpu.api.streams import TpuEvent, TpuStream
 from torch_tpu._internal import execution_mode, sync
 from torch_tpu._internal.utils import utils
-from tpu_lab import standin
+from tpu_lab.runtime import torch_tpu_finder as standin
 from tpu_lab.runtime import select
 
 print(repr(torch_tpu))
@@ -93,7 +93,7 @@ def test_a_real_torch_tpu_is_never_shadowed():
     code = (
         "import importlib.util, sys\n"
         "import tpu_lab\n"
-        "from tpu_lab import standin\n"
+        "from tpu_lab.runtime import torch_tpu_finder as standin\n"
         "spec = importlib.util.find_spec('torch_tpu')\n"
         "print(standin.state(), 'site-packages' in spec.origin, 'torch_tpu' in sys.modules)"
     )

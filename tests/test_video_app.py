@@ -108,8 +108,8 @@ def test_cli_serves_the_video_demo(tmp_path, capsys):
 
 
 def test_the_report_estimates_each_part_of_the_clip(client, server):
-    from tpu_lab.estimate.inputs import TEXT_TOKENS
     from tpu_lab.sharding import plan
+    from tpu_lab.sharding.step_inputs import TEXT_TOKENS
     from tpu_lab.views.estimate import seconds_text
 
     *_, html, report = _call(client, steps=3, guidance=3)

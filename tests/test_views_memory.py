@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import tpu_lab
-from tpu_lab.runtime.memory import MemoryStats
+from tpu_lab.units import MemoryStats
 from tpu_lab.views import ChipMemory, MemoryView
 from tpu_lab.views.memory import text_bar
 

@@ -9,7 +9,7 @@ import torch
 import tpu_lab
 from tpu_lab.events import Event
 from tpu_lab.runtime import DeviceStatus
-from tpu_lab.runtime.memory import MemoryStats
+from tpu_lab.units import MemoryStats
 from tpu_lab.views import StatusView
 
 GiB = 1 << 30

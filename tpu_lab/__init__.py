@@ -44,6 +44,7 @@ __all__ = [
     "__version__",
     "backend",
     "dashboard",
+    "estimating",
     "event_log",
     "explain",
     "load_ipython_extension",
@@ -78,10 +79,10 @@ def event_log(kind: str | None = None, cell: int | None = None):
 
 
 def __getattr__(name: str):
-    if name == "timed":
-        from .timing import timed
+    if name in ("timed", "estimating"):
+        from . import timing
 
-        return timed
+        return getattr(timing, name)
     if name == "preview":
         from .media import preview
 
@@ -118,10 +119,11 @@ def _start() -> None:
 
         warnings.warn(_conflict(), RuntimeWarning, stacklevel=3)
         return
-    from . import events, standin
+    from . import events
+    from .runtime import torch_tpu_finder
 
     events.install()
-    standin.install()  # `import torch_tpu` where TorchTPU is absent (tpu_lab.standin)
+    torch_tpu_finder.install()  # `import torch_tpu` where TorchTPU is absent (tpu_lab.standin)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker drives its rank's chip
         from .launch.torchrun import bind as _bind
 

@@ -35,7 +35,7 @@ def load() -> None:
     if getattr(package.__spec__, "_initializing", False):
         return  # `import tpu_lab` imported torch: it starts the device itself, once done
     from .runtime.select import BACKEND_ENV
-    from .standin import real_spec
+    from .runtime.torch_tpu_finder import real_spec
 
     if (
         os.environ.get(BACKEND_ENV, "").strip().lower() == "torchtpu"

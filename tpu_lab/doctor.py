@@ -112,9 +112,9 @@ def diagnose() -> Report:
     state = select.torch_tpu_state()
     tt = _version("torch-tpu")
     r.rows.append(("torch_tpu", f"{tt or 'not installed'} ({state})"))
-    from . import standin
+    from .runtime.torch_tpu_finder import describe
 
-    r.rows.append(("stand-in", standin.describe()))  # for `import torch_tpu`
+    r.rows.append(("stand-in", describe()))  # for `import torch_tpu`
     r.rows.append(("libtpu", _version("libtpu") or "not installed"))
     hardware = select.tpu_hardware_present()
     r.rows.append(("TPU hardware", "present" if hardware else "none (no /dev/accel*, /dev/vfio/N)"))

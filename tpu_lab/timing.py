@@ -1,6 +1,11 @@
 """Device-aware timing: synchronise before reading the clock; split compile from run time; on
 the bundled device, an estimate of the block's time on an idealised TPU chip beside it (from
-the ops the device recorded: :mod:`tpu_lab.estimate.recorded`)."""
+the ops the device recorded: :mod:`tpu_lab.estimate.recorded`).
+
+- :class:`timed` (``tpu_lab.timed``): a block's host time and, on the bundled device, its
+  estimated TPU time;
+- :func:`estimating` (``tpu_lab.estimating``): a block's ops recorded, for an estimate alone.
+"""
 
 from __future__ import annotations
 
@@ -71,12 +76,8 @@ class timed:  # noqa: N801 - used like contextlib's context managers
             torch.accelerator.synchronize()
         self.timing = Timing(self.label, simulated=simulated)
         self.timing._first_seq = events.log.last_seq()
-        self._estimating = None
-        if simulated:
-            from .device import current
-
-            self._estimating = current().estimating(title=self.label)
-            self.timing.recording = self._estimating.__enter__()
+        self._recording = backend().recording(title=self.label)
+        self.timing.recording = self._recording.__enter__()
         self._start = time.perf_counter()
         return self.timing
 
@@ -85,8 +86,7 @@ class timed:  # noqa: N801 - used like contextlib's context managers
         if not t.simulated:
             torch.accelerator.synchronize()
         t.seconds = time.perf_counter() - self._start
-        if self._estimating is not None:
-            self._estimating.__exit__(*exc)
+        self._recording.__exit__(*exc)
         inside = events.log.since(t._first_seq)
         compiled = [e for e in inside if e.kind in ("compile", "recompile")]
         t.compilations = len(compiled)
@@ -104,3 +104,22 @@ class timed:  # noqa: N801 - used like contextlib's context managers
 
         wrapper.last = None
         return wrapper
+
+
+def estimating(on=None, title: str = "block"):
+    """``with tpu_lab.estimating() as r: ...`` then ``r.estimate()``: the block's ops as the
+    bundled "tpu" device ran them (in this thread, and ``backward()`` on autograd's thread),
+    estimated on an idealised chip (``on``: a generation such as ``"v5e"``, default the
+    simulated topology's); see :mod:`tpu_lab.estimate.recorded`. On a real TPU there is no such
+    record: a clear error says what to use instead."""
+    from .errors import TpuLabError
+    from .runtime import backend
+
+    active = backend()
+    if not active.simulated:
+        raise TpuLabError(
+            "estimating() records the ops of tpu_lab's simulated 'tpu' device, and this process "
+            "runs on a real TPU: time the block there with tpu_lab.timed, or estimate a function "
+            "on meta tensors with tpu_lab.estimate.estimate(fn, *meta_args)."
+        )
+    return active.recording(on, title)

@@ -257,7 +257,7 @@ def _chips_html(chips: dict[str, list[int]]) -> str:
     """What each chip held, for a 4-chip request."""
     if not chips:
         return ""
-    from ..runtime.memory import format_bytes
+    from ..units import format_bytes
 
     held = "; ".join(f"{escape(name)}: " + " / ".join(format_bytes(b) for b in per_chip)
                      for name, per_chip in chips.items())  # fmt: skip

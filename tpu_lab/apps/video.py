@@ -57,8 +57,8 @@ class VideoDemo(PromptDemo):
         fixed length), the transformer once a step on all the clip's frames and the VAE's decode
         of every frame at once; with guidance it encodes both prompts and runs the transformer
         on a batch of 2."""
-        from ..estimate.inputs import TEXT_TOKENS
         from ..models.clips import FRAMES, TP_PLAN
+        from ..sharding.step_inputs import TEXT_TOKENS
 
         passes = 2 if request.guidance > 1 else 1
         size = engine_size(request.size, self.pipe.vae_scale_factor)

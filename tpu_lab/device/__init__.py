@@ -7,24 +7,12 @@ process (:class:`~.process.Device`: its chip and HBM, the compile cache and the 
 ``DEFER_AND_FUSE``, the eager mode and matmul precision), created on first use; around it
 :mod:`.tpu_module` (``torch.tpu``), :mod:`.modes` (eager modes, precision and their scopes),
 :mod:`.compile_cache`, :mod:`.compile_backend` (``torch.compile(backend="tpu")``),
-:mod:`.emulation` and :mod:`.mxu` (the TPU's float32 matmul numerics), :mod:`.topology`.
+:mod:`.emulation` and :mod:`.mxu` (the TPU's float32 matmul numerics). The chips, generations
+and topologies it simulates are :mod:`tpu_lab.hardware`'s.
 """
 
 from __future__ import annotations
 
-from ..runtime.memory import MemoryStats, format_bytes
 from .process import Device, current, exists
-from .topology import DEFAULT_TOPOLOGY, GENERATIONS, TOPOLOGY_ENV, Topology, parse_topology
 
-__all__ = [
-    "DEFAULT_TOPOLOGY",
-    "GENERATIONS",
-    "TOPOLOGY_ENV",
-    "Device",
-    "MemoryStats",
-    "Topology",
-    "current",
-    "exists",
-    "format_bytes",
-    "parse_topology",
-]
+__all__ = ["Device", "current", "exists"]

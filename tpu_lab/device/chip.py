@@ -7,9 +7,9 @@ exact. This object holds the topology, reads the core's counts and words the err
 
 from __future__ import annotations
 
-from ..runtime.memory import MemoryStats, format_bytes
+from ..hardware.topology import Topology
+from ..units import MemoryStats, format_bytes
 from .core import Core
-from .topology import Topology
 
 
 class Chip:

@@ -40,8 +40,8 @@ LOOPBACK = "127.0.0.1"
 def topology_for(world_size: int, generation: str | None = None, hosts: int = 1) -> str:
     """A topology name with ``world_size`` devices on ``hosts`` hosts: ``generation``'s, else
     the first of v6e, v5p, v4, v5e and v7 that has one."""
-    from .slices import multi_host
-    from .topology import GENERATIONS, Topology
+    from ..hardware.slices import multi_host
+    from ..hardware.topology import GENERATIONS, Topology
 
     order = [generation] if generation else [DEFAULT_GENERATION, "v5p", "v4", "v5e", "v7"]
     for name in order:
@@ -83,7 +83,7 @@ def worker_environment(topology: str, host: int) -> dict[str, str]:
     id, the list of workers, the slice's accelerator type and libtpu's bounds (hosts, chips
     per host; one process per chip), and the simulated topology (``TPU_LAB_TOPOLOGY``). On
     this machine the rendezvous runs on 127.0.0.1 (``MASTER_ADDR``)."""
-    from .topology import parse_topology
+    from ..hardware.topology import parse_topology
 
     topo = parse_topology(topology)
     s = topo.slice
@@ -107,7 +107,7 @@ def host_environment(topology: str, host: int) -> dict[str, str]:
     (:func:`worker_environment`), the slice's mesh given from outside as
     ``TORCH_TPU_TOPOLOGY`` (so that ``NODE_RANK`` comes from the host's place in the slice),
     then what ``set_tpu_launch_env(nnodes=hosts, nproc_per_node=devices per host)`` adds."""
-    from .topology import parse_topology
+    from ..hardware.topology import parse_topology
 
     s = parse_topology(topology).slice
     env = worker_environment(topology, host)
@@ -132,7 +132,7 @@ def launch_variables(
     env: Mapping[str, str], *, nproc_per_node: int, nnodes: int | None = None
 ) -> dict[str, str]:
     """The variables :func:`set_tpu_launch_env` would set in an environment ``env``."""
-    from .topology import parse_topology
+    from ..hardware.topology import parse_topology
 
     out: dict[str, str] = {}
 

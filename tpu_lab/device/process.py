@@ -6,7 +6,7 @@ makes PyTorch see "tpu" as a backend, and keeps the chip (topology, HBM), the co
 with the recording of ``DEFER_AND_FUSE``, the process's eager mode and matmul precision, and
 the device's generator. Every other module of the device reads them from here; what happens
 (sync points, transfers, cache hits and misses, out-of-memory errors, mode changes) is
-published on the event bus (:mod:`tpu_lab.events.bus`), which costs one check while nobody
+published on the event bus (:mod:`tpu_lab.bus`), which costs one check while nobody
 listens.
 """
 
@@ -18,13 +18,13 @@ from collections.abc import Iterator
 
 import torch
 
-from ..events.bus import BUS
+from ..bus import BUS
+from ..hardware.topology import Topology, topology_from_env
 from . import modes
 from .chip import Chip
 from .compile_cache import DOT_OPS, CompileCache
 from .core import Core
 from .modes import EAGER_SCOPE, PRECISION_SCOPE, EagerMode, Precision
-from .topology import Topology, topology_from_env
 
 _FUSE = EagerMode.DEFER_AND_FUSE
 
@@ -98,17 +98,6 @@ class Device:
             and x.device.type == "tpu"
             and not isinstance(x, torch._subclasses.FakeTensor)
         )
-
-    # -- estimates ------------------------------------------------------------------------
-
-    def estimating(self, on=None, title: str = "block"):
-        """``with device.estimating() as r: ...``: record the ops this thread runs in the block
-        (the compiled core's op log; outside such a block an op pays one check) and estimate
-        them with ``r.estimate()`` on an idealised chip: ``on`` (a generation, "v5e"), or the
-        simulated topology's. See :mod:`tpu_lab.estimate.recorded`."""
-        from ..estimate.recorded import estimating
-
-        return estimating(self, on, title)
 
     # -- the eager mode -------------------------------------------------------------------
 

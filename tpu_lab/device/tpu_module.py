@@ -372,8 +372,8 @@ class _DeviceOf:
 
 def _submodules(functions: _DeviceFunctions) -> dict[str, types.ModuleType]:
     # --- issue 15 (TorchTPU code on a laptop): pallas, profiler, launch env
-    from ..profiler.config import torch_tpu_module as profiler_module
     from . import pallas
+    from .profiler_config import torch_tpu_module as profiler_module
 
     return {
         "compiler": _NotSimulated(
@@ -392,7 +392,7 @@ def _submodules(functions: _DeviceFunctions) -> dict[str, types.ModuleType]:
             "optimizers", ("AdamW", "Muon", "Optimizer", "Sgd", "SingleTraceTrainer")
         ),
         "pallas": pallas.torch_tpu_module(),  # JAX's Pallas interpreter (tpu_lab.device.pallas)
-        "profiler": profiler_module(),  # TpuProfilerConfig (tpu_lab.profiler)
+        "profiler": profiler_module(),  # TpuProfilerConfig (.profiler_config)
     }
 
 

@@ -1,14 +1,15 @@
 """Estimated TPU time: what a program would take on an idealised TPU chip.
 
 Every estimate is labelled an estimate of an idealised chip: the chips' published peaks
-(:mod:`~tpu_lab.estimate.chips`), FLOPs from PyTorch's own counter, bytes from the tensors an
-op reads and writes, and a few named, settable assumptions (:mod:`~tpu_lab.estimate.constants`).
+(:mod:`~tpu_lab.hardware.chips`), FLOPs from PyTorch's own counter, bytes from the tensors an
+op reads and writes, and a few named, settable assumptions (:mod:`~tpu_lab.estimate.assumed`).
 See ``docs/estimates.md`` for what is modelled and what is not.
 
 - ``op_cost(signature(func, args, kwargs, out), on="v6e")``: one op (what a device records);
 - ``estimate(fn, *args, on="v6e", mode="eager")``: a function's ops or its fused graph;
 - ``estimate_graph(gm)``: an FX graph (a ``torch.compile`` backend's);
-- ``with estimating() as r: ...; r.estimate()``: what the "tpu" device ran in the block;
+- ``with tpu_lab.estimating() as r: ...; r.estimate()``: what the "tpu" device ran in the
+  block (:mod:`.recorded`, started by :func:`tpu_lab.timing.estimating`);
 - ``tpu_lab.sharding.plan(config, ...).estimate("train")``: a model from its config, no weights;
 - ``roofline(estimate)``: the ops against the chip's roofline (matplotlib).
 """
@@ -30,8 +31,6 @@ __all__ = [
     "chip",
     "estimate",
     "estimate_graph",
-    "estimate_plan",
-    "estimating",
     "op_cost",
     "roofline",
     "settings",
@@ -39,31 +38,13 @@ __all__ = [
 ]
 
 _LAZY = {
-    "CHIPS": ".chips", "Chip": ".chips",
+    "CHIPS": "..hardware.chips", "Chip": "..hardware.chips",
     "LABEL": ".result", "Estimate": ".result", "OpCost": ".result",
     "OpSignature": ".ops", "TensorSpec": ".ops", "signature": ".ops",
-    "assume": ".constants", "assumptions": ".constants", "settings": ".constants",
+    "assume": ".assumed", "assumptions": ".assumed", "settings": ".assumed",
     "chip": ".api", "estimate": ".api", "estimate_graph": ".api", "op_cost": ".api",
-    "estimate_plan": ".planner", "roofline": ".figures",
+    "roofline": ".figures",
 }
-
-
-def estimating(on=None, title: str = "block"):
-    """``with estimating() as r: ...`` then ``r.estimate()``: the block's ops as the bundled
-    "tpu" device ran them, estimated on an idealised chip (``on``, default the simulated
-    topology's generation); see :mod:`tpu_lab.estimate.recorded`. On a real TPU there is no
-    such record: a clear error says what to use instead."""
-    from ..device import current
-    from ..errors import TpuLabError
-    from ..runtime import backend
-
-    if not backend().simulated:
-        raise TpuLabError(
-            "estimating() records the ops of tpu_lab's simulated 'tpu' device, and this process "
-            "runs on a real TPU: time the block there with tpu_lab.timed, or estimate a function "
-            "on meta tensors with tpu_lab.estimate.estimate(fn, *meta_args)."
-        )
-    return current().estimating(on, title)
 
 
 def __getattr__(name: str):

@@ -14,12 +14,12 @@ from __future__ import annotations
 import torch
 
 from ..errors import TpuLabError
-from .chips import CHIPS, Chip
-from .constants import Assumptions, _changes, assumptions
-from .graph import cost
+from ..hardware.chips import CHIPS, Chip
+from .assumed import assumptions, version
+from .graph import cost, eager_op
 from .ops import OpSignature, is_view, op_numbers
 from .result import Estimate, OpCost
-from .trace import Recorder, from_graph, is_aten_graph
+from .trace import Recorder, from_graph, is_aten_graph, to_aten
 
 
 def chip(which: str | Chip) -> Chip:
@@ -29,7 +29,7 @@ def chip(which: str | Chip) -> Chip:
         return which
     found = _BY_NAME.get(which)
     if found is None:
-        from ..device.topology import GENERATIONS
+        from ..hardware.topology import GENERATIONS
 
         name = str(which).strip().lower().split("-")[0].removeprefix("tpu").strip()
         gen = GENERATIONS.get(name)
@@ -43,23 +43,12 @@ _BY_NAME: dict[str, Chip] = {}
 _COSTS: dict[tuple, OpCost] = {}
 
 
-def _op_cost(sig: OpSignature, c: Chip, a: Assumptions, launch: bool) -> OpCost:
-    n = op_numbers(sig, c, a)
-    memory = n.hbm_bytes / c.hbm_bandwidth
-    busy = max(n.compute_seconds, memory)
-    kind = "matmul" if n.flops else "vector"
-    shapes = "x".join(map(str, sig.outputs[0].shape)) if sig.outputs else ""
-    return OpCost(sig.name, kind, 1, n.flops, n.padded_flops, n.hbm_bytes, 0.0, 0.0,
-                  n.compute_seconds, memory, 0.0, busy,
-                  a.eager_launch_seconds if launch and not is_view(sig.func) else 0.0, shapes)
-
-
 def op_cost(sig: OpSignature, on: str | Chip = "v6e", *, launch: bool = True) -> OpCost:
     """The cost of one op on an idealised ``on`` chip: the larger of its MXU time and HBM
     time, plus the eager launch (``launch=False``: the op inside a graph). Views cost
     nothing. Cached per signature, chip and set of assumptions (a dictionary look-up when
     seen before: this is the function a device calls per eager op)."""
-    memo, changes = sig.cost, _changes[0]
+    memo, changes = sig.cost, version()
     if memo is not None and memo[0] is on and memo[1] == changes and memo[2] is launch:
         return memo[3]
     key = (sig, on, changes, launch)
@@ -67,7 +56,9 @@ def op_cost(sig: OpSignature, on: str | Chip = "v6e", *, launch: bool = True) ->
     if found is None:
         if len(_COSTS) > 1 << 16:
             _COSTS.clear()
-        found = _COSTS[key] = _op_cost(sig, chip(on), assumptions(), launch)
+        c, a = chip(on), assumptions()
+        found = _COSTS[key] = eager_op(sig, op_numbers(sig, c, a), c, a,
+                                       launch=launch and not is_view(sig.func))
     sig.cost = (on, changes, launch, found)
     return found
 
@@ -84,26 +75,10 @@ def estimate(fn, *args, on: str | Chip = "v6e", chips: int = 1, mode: str = "com
     return cost(rec.program, chip(on), mode, chips=chips, title=name)
 
 
-def _to_aten(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A torch-level graph (Dynamo's) traced to aten ops on fake tensors of its inputs."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    inputs = [n.meta.get("val", n.meta.get("example_value"))
-              for n in gm.graph.nodes if n.op == "placeholder"]
-    if any(not isinstance(i, torch.Tensor) for i in inputs):
-        raise TpuLabError("estimate_graph needs each placeholder's meta['val'] (a fake tensor),"
-                          " as a torch.compile backend receives it.")
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        fakes = [mode.from_tensor(i) for i in inputs]
-        return make_fx(gm, tracing_mode="real")(*fakes)
-
-
 def estimate_graph(gm: torch.fx.GraphModule, on: str | Chip = "v6e", *, chips: int = 1,
                    mode: str = "compiled", title: str = "graph") -> Estimate:
     """Estimate an FX graph: an aten graph from its nodes' ``meta["val"]`` directly, a
     Dynamo (torch-level) graph after tracing it to aten ops on fake tensors."""
     if not is_aten_graph(gm):
-        gm = _to_aten(gm)
+        gm = to_aten(gm)
     return cost(from_graph(gm), chip(on), mode, chips=chips, title=title)

@@ -16,8 +16,8 @@ across hosts or slices the data-center network's per-chip share (``Chip.dcn_band
 from __future__ import annotations
 
 from ..errors import TpuLabError
-from .chips import Chip
-from .constants import Assumptions
+from ..hardware.chips import Chip
+from .assumed import Assumptions
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 NETWORKS = ("ici", "dcn")

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from .chips import Chip
+from ..hardware.chips import Chip
+from .assumed import Assumptions, assumptions
 from .collectives import functional_kind, ring_bytes
 from .collectives import seconds as collective_seconds
-from .constants import Assumptions, assumptions
-from .ops import OpNumbers, is_data_movement, is_update, is_view, op_numbers
-from .result import Estimate, OpCost
-from .trace import Program, Record
+from .ops import OpNumbers, OpSignature, is_data_movement, is_update, is_view, op_numbers
+from .result import Estimate, OpCost, merged
+from .trace import Program
 
 MODES = ("eager", "fuse", "compiled")
 
@@ -94,53 +94,44 @@ class _Costing:
                 secs)
 
 
-def _op(name, kind, flops, padded, hbm, compute, bandwidth, launch, shapes="",
-        ici=0.0, dcn=0.0, coll=0.0) -> OpCost:
-    memory = hbm / bandwidth
-    return OpCost(name, kind, 1, flops, padded, hbm, ici, dcn, compute, memory, coll,
-                  max(compute, memory, coll), launch, shapes)
-
-
-def _merge(costs: list[OpCost]) -> tuple[OpCost, ...]:
-    """Costs of the same name and shapes added up, the most expensive first."""
-    groups: dict[tuple[str, str], list[OpCost]] = defaultdict(list)
-    for c in costs:
-        groups[(c.name, c.shapes)].append(c)
-    out = []
-    for (name, shapes), cs in groups.items():
-        out.append(OpCost(name, cs[0].kind, sum(c.count for c in cs),
-                          *(sum(getattr(c, f) for c in cs) for f in (
-                              "flops", "padded_flops", "hbm_bytes", "ici_bytes", "dcn_bytes",
-                              "compute_seconds", "memory_seconds", "collective_seconds",
-                              "busy_seconds", "launch_seconds")), shapes))
-    return tuple(sorted(out, key=lambda c: -c.seconds))
-
-
-def _shapes(r: Record) -> str:
-    if r.sig is None:
+def _shapes(sig: OpSignature | None) -> str:
+    """The first output's shape: ``'8x4096'``, ``'scalar'``, or ``''`` without an output."""
+    if sig is None:
         return ""
-    return " ".join("x".join(map(str, o.shape)) or "scalar" for o in r.sig.outputs[:1])
+    return " ".join("x".join(map(str, o.shape)) or "scalar" for o in sig.outputs[:1])
+
+
+def eager_op(sig: OpSignature, n: OpNumbers, chip: Chip, a: Assumptions, *,
+             work: float = 1.0, hbm: float | None = None, launch: bool = True) -> OpCost:
+    """One op run eagerly, as its own program: the part ``work`` of its MXU work (one chip's
+    share), ``hbm`` bytes (default: all it reads and writes) and one eager launch. The one
+    place an eager op is costed (``op_cost`` per op, ``cost(..., "eager")`` per program)."""
+    return OpCost.of(sig.name, "matmul" if n.flops else "vector", bandwidth=chip.hbm_bandwidth,
+                     flops=n.flops * work, padded_flops=n.padded_flops * work,
+                     hbm_bytes=n.hbm_bytes if hbm is None else hbm,
+                     compute_seconds=n.compute_seconds * work,
+                     launch_seconds=a.eager_launch_seconds if launch else 0.0,
+                     shapes=_shapes(sig))
+
+
+def _collective_op(kind: str, ici: float, dcn: float, seconds: float, chip: Chip,
+                   launch: float) -> OpCost:
+    return OpCost.of(kind, "collective", bandwidth=chip.hbm_bandwidth, ici_bytes=ici,
+                     dcn_bytes=dcn, collective_seconds=seconds, launch_seconds=launch)
 
 
 def _eager(c: _Costing) -> list[OpCost]:
     out = []
-    bw, launch = c.chip.hbm_bandwidth, c.a.eager_launch_seconds
     for i, r in enumerate(c.p.records):
         coll = c.collective(i)
         if coll is not None:
-            kind, ici, dcn, secs = coll
-            out.append(_op(kind, "collective", 0, 0, 0, 0, bw, launch, ici=ici, dcn=dcn,
-                           coll=secs))
+            out.append(_collective_op(*coll, c.chip, c.a.eager_launch_seconds))
             continue
         if is_view(r.sig.func):
             continue
-        n = c.numbers[i]
         hbm = sum(c.read(i, k) for k in range(len(r.ins))) + sum(
             c.write(i, k) for k in range(len(r.outs)))
-        kind = "matmul" if n.flops else "vector"
-        w = c.work(i)
-        out.append(_op(r.sig.name, kind, n.flops * w, n.padded_flops * w, hbm,
-                       n.compute_seconds * w, bw, launch, _shapes(r)))
+        out.append(eager_op(r.sig, c.numbers[i], c.chip, c.a, work=c.work(i), hbm=hbm))
     return out
 
 
@@ -276,16 +267,14 @@ def _fused(c: _Costing) -> tuple[list[OpCost], list[OpCost]]:
         flops = sum(c.numbers[m].flops * c.work(m) for m in ms)
         padded = sum(c.numbers[m].padded_flops * c.work(m) for m in ms)
         compute = sum(c.numbers[m].compute_seconds * c.work(m) for m in ms)
-        if f.kind[g] == "matmul":
-            ops.append(_op(c.p.records[g].sig.name, "matmul", flops, padded, hbm, compute, bw,
-                           0.0, _shapes(c.p.records[g])))
-        else:
-            ops.append(_op(_name(c, ms), "fusion", flops, padded, hbm, compute, bw, 0.0))
+        matmul = f.kind[g] == "matmul"
+        ops.append(OpCost.of(
+            c.p.records[g].sig.name if matmul else _name(c, ms), "matmul" if matmul else "fusion",
+            bandwidth=bw, flops=flops, padded_flops=padded, hbm_bytes=hbm,
+            compute_seconds=compute, shapes=_shapes(c.p.records[g].sig) if matmul else ""))
     for i, k in enumerate(f.kind):
         if k == "collective":
-            kind, ici, dcn, secs = c.collective(i)
-            colls.append(_op(kind, "collective", 0, 0, 0, 0, bw, 0.0, ici=ici, dcn=dcn,
-                             coll=secs))
+            colls.append(_collective_op(*c.collective(i), c.chip, 0.0))
     return ops, colls
 
 
@@ -313,8 +302,8 @@ def cost(program: Program, chip: Chip, mode: str = "compiled", *, chips: int = 1
         coll_time = sum(o.collective_seconds for o in colls)
         busy = sum(o.busy_seconds for o in work)
         seconds = max(busy, coll_time) + launch
-        costs = [*work, *colls, OpCost("graph launch", "launch", 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                       launch)]
+        costs = [*work, *colls, OpCost.of("graph launch", "launch", bandwidth=1.0,
+                                          launch_seconds=launch)]
     shares = {
         "compute": sum(o.busy_seconds for o in work if o.bound == "compute"),
         "memory": sum(o.busy_seconds for o in work if o.bound != "compute"),
@@ -330,6 +319,6 @@ def cost(program: Program, chip: Chip, mode: str = "compiled", *, chips: int = 1
         ici_bytes=total["ici_bytes"], dcn_bytes=total["dcn_bytes"],
         compute_seconds=total["compute_seconds"], memory_seconds=total["memory_seconds"],
         collective_seconds=coll_time, launch_seconds=launch,
-        bound=max(shares, key=shares.get), ops=_merge(costs), items=items, unit=unit,
+        bound=max(shares, key=shares.get), ops=merged(costs), items=items, unit=unit,
         notes=notes, verdict=verdict,
     )

@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import torch
 
-from .chips import Chip
-from .constants import Assumptions
+from ..hardware.chips import Chip
+from .assumed import Assumptions
 
 aten = torch.ops.aten
 
@@ -102,11 +102,11 @@ def spec(t: torch.Tensor) -> TensorSpec:
     return _tuple(TensorSpec, (shape, t.dtype, held))
 
 
-def _freeze(x):
+def freeze(x):
     if isinstance(x, torch.Tensor):
         return spec(x)
     if isinstance(x, (list, tuple)):
-        return tuple(_freeze(i) for i in x)
+        return tuple(freeze(i) for i in x)
     if isinstance(x, (torch.SymInt, torch.SymFloat)):
         return int(x) if isinstance(x, torch.SymInt) else float(x)
     if isinstance(x, (int, float, bool, str, type(None), torch.dtype, torch.device,
@@ -134,12 +134,12 @@ def written(func, args: tuple, kwargs: dict | None, out) -> list[torch.Tensor]:
 
 def signature(func, args: tuple, kwargs: dict | None, out) -> OpSignature:
     """The signature of ``func(*args, **kwargs) -> out``."""
-    frozen = tuple([spec(a) if isinstance(a, torch.Tensor) else _freeze(a) for a in args])
+    frozen = tuple([spec(a) if isinstance(a, torch.Tensor) else freeze(a) for a in args])
     if isinstance(out, torch.Tensor):
         outs = (spec(out),)
     else:
         outs = tuple([spec(t) for t in written(func, args, kwargs, out)])
-    named = tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())) if kwargs else ()
+    named = tuple(sorted((k, freeze(v)) for k, v in kwargs.items())) if kwargs else ()
     return OpSignature(func, frozen, named, outs)
 
 

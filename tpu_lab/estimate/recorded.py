@@ -1,6 +1,6 @@
 """Estimates of what the "tpu" device ran: the ops it recorded while a block asked.
 
-``with tpu_lab.estimate.estimating() as r: ...`` (or ``Device.estimating()``) switches the
+``with tpu_lab.estimating() as r: ...`` (or ``Device.estimating()``) switches the
 compiled core's op log on for this thread (``device/core/csrc/oplog.cpp``): each op the device
 runs is kept as its schema, its other arguments, and each tensor's shape, strides, dtype and
 identity (the tensor's and its storage's, so that in-place ops and views are told apart).
@@ -31,15 +31,14 @@ from typing import NamedTuple
 
 import torch
 
-from .api import _to_aten, op_cost
+from ..hardware.chips import Chip
 from .api import chip as chip_of
-from .chips import Chip
-from .constants import _changes
-from .graph import _merge, cost
-from .ops import OpSignature, TensorSpec
-from .ops import _freeze as freeze_value
-from .result import Estimate, OpCost
-from .trace import Program, Record, from_graph, is_aten_graph
+from .api import op_cost
+from .assumed import version
+from .graph import cost
+from .ops import OpSignature, TensorSpec, freeze
+from .result import Estimate, merged
+from .trace import Program, Record, from_graph, is_aten_graph, to_aten
 
 #: Kinds of the marks Python puts into the core's log.
 GRAPH_ENDS, COMPILED_GRAPH = 0, 1
@@ -66,7 +65,7 @@ def _freeze(x):
         return x.spec
     if isinstance(x, (list, tuple)):
         return tuple(_freeze(i) for i in x)
-    return freeze_value(x)
+    return freeze(x)
 
 
 def _leaves(args: tuple, kwargs: dict) -> list[Leaf]:
@@ -233,14 +232,14 @@ class CompiledGraph:
 
     @classmethod
     def of(cls, gm: torch.fx.GraphModule, title: str) -> CompiledGraph:
-        program = from_graph(gm if is_aten_graph(gm) else _to_aten(gm))
+        program = from_graph(gm if is_aten_graph(gm) else to_aten(gm))
         notes = ()
         if _at_traced_sizes(program):
             notes = (f"{title} has dynamic shapes: costed at the sizes it was traced with",)
         return cls(program, title, notes)
 
     def estimate(self, on: Chip) -> Estimate:
-        key = (on, _changes[0])
+        key = (on, version())
         found = self._costs.get(key)
         if found is None:
             found = self._costs[key] = cost(self.program, on, "compiled", title=self.title,
@@ -308,7 +307,7 @@ class Recording:
     def estimate(self, on: str | Chip | None = None) -> Estimate:
         """The estimate of everything recorded, on ``on`` (default: the simulated chip)."""
         c = self.chip if on is None else chip_of(on)
-        key = (c, _changes[0])
+        key = (c, version())
         found = self._estimates.get(key)
         if found is None:
             parts = []
@@ -360,17 +359,6 @@ class Recording:
         return steps
 
 
-_SUMMED = ("flops", "padded_flops", "hbm_bytes", "ici_bytes", "dcn_bytes", "compute_seconds",
-           "memory_seconds", "collective_seconds", "busy_seconds", "launch_seconds")
-
-
-def _times(o: OpCost, n: int) -> OpCost:
-    """``n`` runs of ``o``."""
-    if n == 1:
-        return o
-    return replace(o, count=o.count * n, **{f: getattr(o, f) * n for f in _SUMMED})
-
-
 def combine(parts: list[Estimate], on: Chip, title: str,
             weights: list[int] | None = None) -> Estimate:
     """Estimates run one after another (``weights[i]`` times each, default once), as one (a
@@ -378,7 +366,7 @@ def combine(parts: list[Estimate], on: Chip, title: str,
     weights = weights or [1] * len(parts)
     if len(parts) == 1 and weights[0] == 1:
         return replace(parts[0], title=title)
-    ops: list[OpCost] = [_times(o, w) for p, w in zip(parts, weights, strict=True) for o in p.ops]
+    ops = [o.times(w) for p, w in zip(parts, weights, strict=True) for o in p.ops]
     total = {f: sum(getattr(p, f) * w for p, w in zip(parts, weights, strict=True)) for f in (
         "seconds", "flops", "padded_flops", "hbm_bytes", "ici_bytes", "dcn_bytes",
         "compute_seconds", "memory_seconds", "collective_seconds", "launch_seconds")}
@@ -390,7 +378,7 @@ def combine(parts: list[Estimate], on: Chip, title: str,
     modes = sorted({p.mode for p in parts}, key=("eager", "fuse", "compiled").index)
     notes = tuple(dict.fromkeys(n for p in parts for n in p.notes))
     return Estimate(title=title, chip=on, chips=1, mode="+".join(modes) or "eager",
-                    bound=max(shares, key=shares.get), ops=_merge(ops), notes=notes, **total)
+                    bound=max(shares, key=shares.get), ops=merged(ops), notes=notes, **total)
 
 
 @contextlib.contextmanager

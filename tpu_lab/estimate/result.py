@@ -3,14 +3,19 @@ frozen data; :mod:`tpu_lab.views.estimate` draws them)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import defaultdict
 from dataclasses import dataclass
 
-from .chips import Chip
+from ..hardware.chips import Chip
 
 #: How every estimate is labelled wherever it is shown.
 LABEL = "estimate of an idealised chip"
 
 BOUNDS = ("compute", "memory", "collective", "launch")
+#: The fields of an :class:`OpCost` that add up over ops.
+SUMMED = ("flops", "padded_flops", "hbm_bytes", "ici_bytes", "dcn_bytes", "compute_seconds",
+          "memory_seconds", "collective_seconds", "busy_seconds", "launch_seconds")
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,25 @@ class OpCost:
     busy_seconds: float
     launch_seconds: float
     shapes: str = ""
+
+    @classmethod
+    def of(cls, name: str, kind: str, *, bandwidth: float, flops: float = 0.0,
+           padded_flops: float = 0.0, hbm_bytes: float = 0.0, compute_seconds: float = 0.0,
+           launch_seconds: float = 0.0, shapes: str = "", ici_bytes: float = 0.0,
+           dcn_bytes: float = 0.0, collective_seconds: float = 0.0) -> OpCost:
+        """One op: its memory time is ``hbm_bytes`` at ``bandwidth``, and it is busy for the
+        largest of its compute, memory and collective times (an idealised chip overlaps them)."""
+        memory = hbm_bytes / bandwidth
+        return cls(name, kind, 1, flops, padded_flops, hbm_bytes, ici_bytes, dcn_bytes,
+                   compute_seconds, memory, collective_seconds,
+                   max(compute_seconds, memory, collective_seconds), launch_seconds, shapes)
+
+    def times(self, n: int) -> OpCost:
+        """``n`` runs of this op."""
+        if n == 1:
+            return self
+        return dataclasses.replace(self, count=self.count * n,
+                                   **{f: getattr(self, f) * n for f in SUMMED})
 
     @property
     def seconds(self) -> float:
@@ -88,6 +112,13 @@ class Estimate:
     label = LABEL
 
     @property
+    def idealised_chip(self) -> str:
+        """What it is an estimate on: ``'an idealised TPU v6e chip'`` (one of a v7 chip's two
+        devices: ``'an idealised TPU v7 device'``)."""
+        name, per, _ = self.chip.name.partition("/")
+        return f"an idealised TPU {name} {'device' if per else 'chip'}"
+
+    @property
     def mxu_utilisation(self) -> float:
         """Share of the chip's peak bf16 FLOP/s this time implies."""
         return self.flops / (self.seconds * self.chip.bf16_flops) if self.seconds else 0.0
@@ -109,3 +140,14 @@ class Estimate:
     def top(self, n: int = 5) -> tuple[OpCost, ...]:
         """The ``n`` ops that take the most time."""
         return tuple(sorted(self.ops, key=lambda o: -o.seconds)[:n])
+
+
+def merged(costs: list[OpCost]) -> tuple[OpCost, ...]:
+    """Costs of the same name and shapes added up, the most expensive first."""
+    groups: dict[tuple[str, str], list[OpCost]] = defaultdict(list)
+    for c in costs:
+        groups[(c.name, c.shapes)].append(c)
+    out = [OpCost(name, cs[0].kind, sum(c.count for c in cs),
+                  *(sum(getattr(c, f) for c in cs) for f in SUMMED), shapes)
+           for (name, shapes), cs in groups.items()]
+    return tuple(sorted(out, key=lambda c: -c.seconds))

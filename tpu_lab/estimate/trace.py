@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..errors import TpuLabError
 from .ops import OpSignature, TensorSpec, is_view, signature, spec, written
 
 
@@ -175,3 +176,19 @@ def is_aten_graph(gm: torch.fx.GraphModule) -> bool:
     return all(isinstance(n.target, torch._ops.OpOverload) or n.target is operator.getitem
                for n in gm.graph.nodes if n.op == "call_function")
 
+
+def to_aten(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A torch-level graph (Dynamo's) traced to aten ops on fake tensors of its inputs (what
+    :func:`from_graph` reads)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    inputs = [n.meta.get("val", n.meta.get("example_value"))
+              for n in gm.graph.nodes if n.op == "placeholder"]
+    if any(not isinstance(i, torch.Tensor) for i in inputs):
+        raise TpuLabError("estimate_graph needs each placeholder's meta['val'] (a fake tensor),"
+                          " as a torch.compile backend receives it.")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fakes = [mode.from_tensor(i) for i in inputs]
+        return make_fx(gm, tracing_mode="real")(*fakes)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 
-from .bus import BUS
+from ..bus import BUS
 from .context import ipython_cell
 from .device_collector import DeviceCollector
 from .dynamo import DynamoCollector

@@ -61,12 +61,8 @@ def started(shell_id: int, cell: int | None) -> None:
         return
     from ..runtime import backend
 
-    block = recording = None
-    if backend().simulated:
-        from ..device import current
-
-        block = current().estimating(title=f"In [{cell}]" if cell is not None else "cell")
-        recording = block.__enter__()
+    block = backend().recording(title=f"In [{cell}]" if cell is not None else "cell")
+    recording = block.__enter__()
     _running[shell_id] = (time.perf_counter(), block, recording)
 
 
@@ -77,8 +73,7 @@ def finished(shell_id: int, cell: int | None) -> None:
         return
     start, block, recording = running
     seconds = time.perf_counter() - start
-    if block is not None:
-        block.__exit__(None, None, None)
+    block.__exit__(None, None, None)
     from . import log
 
     TIMES.pop(cell, None)

@@ -8,8 +8,8 @@ import sysconfig
 
 import torch
 
+from ..bus import BUS
 from . import cell_times
-from .bus import BUS
 
 _LIBRARY_DIRS = tuple(
     {

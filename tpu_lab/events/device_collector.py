@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.memory import format_bytes
+from ..units import format_bytes
 from .context import user_frame
 from .dynamo import STORM, DynamoCollector
 from .event_log import EventLog

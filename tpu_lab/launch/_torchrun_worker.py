@@ -1,12 +1,12 @@
-"""One torchrun worker of :func:`tpu_lab.launch.torchrun.launch`: ``import tpu_lab`` (which
-binds this process to its rank's chip), then the user's script as ``__main__``."""
+"""One torchrun worker of :func:`tpu_lab.launch.torchrun.launch`: the device of this rank, then
+the user's script as ``__main__``. Run as ``python -m tpu_lab.launch._torchrun_worker``, Python
+imports the package ``tpu_lab`` before this module, and the package binds the process to its
+rank's chip as it starts (``TORCHELASTIC_RUN_ID`` is set: :func:`tpu_lab.launch.torchrun.bind`)."""
 
 import runpy
 import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
-
-import tpu_lab  # noqa: F401  (binds the rank: tpu_lab.launch.torchrun.bind)
 
 
 @record  # a rank's exception reaches the launcher's report (torchrun's error file)

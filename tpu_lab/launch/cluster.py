@@ -84,7 +84,7 @@ class Cluster:
     owns_engines = True
 
     def __init__(self, topology: str = "v6e-4", *, collective_timeout_s=COLLECTIVE_TIMEOUT_S):
-        from ..device.topology import parse_topology
+        from ..hardware.topology import parse_topology
 
         self.topology = parse_topology(topology)
         self.collective_timeout_s = float(collective_timeout_s)

@@ -73,7 +73,7 @@ class ConnectedCluster(Cluster):
 
     def _attach(self, timeout_s: float) -> None:
         from ..device.launch_env import topology_for
-        from ..device.topology import parse_topology
+        from ..hardware.topology import parse_topology
 
         client = self._client
         ids = sorted(client.ids)

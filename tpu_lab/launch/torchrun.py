@@ -76,7 +76,7 @@ def bind(world_size: int | None = None) -> str:
     hosts = world_size // int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
     active = backend()
     if active.simulated:
-        from ..device.topology import parse_topology
+        from ..hardware.topology import parse_topology
 
         topology = parse_topology(active.status().topology)
         if (topology.devices, topology.hosts) != (world_size, hosts):

@@ -13,7 +13,7 @@ from ..errors import MediaError
 from .convert import Media, to_media
 from .grid import display_scale, grid
 from .paths import VIDEO_FORMATS, resolve_save_path
-from .video import _check_fps, encode_gif, encode_video, encode_webp
+from .video import check_fps, encode_gif, encode_video, encode_webp
 
 
 def _labels(labels: Any, n: int) -> list[str] | None:
@@ -44,7 +44,7 @@ class Preview:
         self.media = media
         self.kind = "video" if media.video else "image"
         self.labels = _labels(labels, media.batch)
-        self.fps = _check_fps(fps)
+        self.fps = check_fps(fps)
         self.scale = display_scale([a for step in media.frames for a in step])
         self.saved: Path | None = None
         self.image = None

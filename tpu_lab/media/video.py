@@ -47,7 +47,7 @@ def _rgb_frames(frames: Sequence[Any]) -> list[np.ndarray]:
     return out
 
 
-def _check_fps(fps: float) -> float:
+def check_fps(fps: float) -> float:
     if not isinstance(fps, int | float) or isinstance(fps, bool) or not 0 < fps <= 240:
         raise MediaError(f"fps={fps!r} is not a frame rate: use a number in (0, 240], e.g. 8.")
     return fps
@@ -81,7 +81,7 @@ def h264_unavailable() -> str | None:
 
 def encode_mp4(frames: Sequence[Any], fps: float = 8) -> bytes:
     """H.264 in MP4 (yuv420p, even sides, ``+faststart``): plays in every browser."""
-    fps = _check_fps(fps)
+    fps = check_fps(fps)
     reason = h264_unavailable()
     if reason:
         raise MediaError(f"Cannot encode H.264: {reason}. Use encode_webp or encode_gif.")
@@ -114,7 +114,7 @@ def _write_mp4(path: str, rgb: list[np.ndarray], fps: float, width: int, height:
 def _animated(frames: Sequence[Any], fps: float, fmt: str, **options: Any) -> bytes:
     from PIL import Image
 
-    fps = _check_fps(fps)
+    fps = check_fps(fps)
     images = [Image.fromarray(a, "RGB") for a in _rgb_frames(frames)]
     if fmt == "GIF":  # 256 colours per frame; Pillow's default quantizer is ~100x slower
         images = [

@@ -1,10 +1,10 @@
 """Profiling on the "tpu" device: ``%%tpu profile`` (a timeline of a cell's ops, sync points,
 compilations and transfers, a per-op table, a Chrome/Perfetto trace) and TorchTPU's profiler
-API (:mod:`.api`: ``torch_tpu._internal.profiler``; :mod:`.config`:
-``torch.tpu.profiler.TpuProfilerConfig``).
+API (:mod:`.api`: ``torch_tpu._internal.profiler``, with
+``torch.tpu.profiler.TpuProfilerConfig`` from :mod:`tpu_lab.device.profiler_config`).
 
 Timings are host time: on the bundled device they measure the CPU simulating the chip, never a
-TPU. Names are imported on first use (``torch.tpu`` imports :mod:`.config` as it is built).
+TPU. Names are imported on first use.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ _WHERE = {
     "Profile": "report",
     "ProfilerActivity": "api",
     "Recorder": "capture",
-    "TpuProfilerConfig": "config",
+    "TpuProfilerConfig": "api",
     "last": "api",
     "profile": "api",
     "register_kineto_backend": "api",

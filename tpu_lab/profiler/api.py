@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
+from ..device.profiler_config import TpuProfilerConfig  # noqa: F401  (the API's names, here as in TorchTPU)
 from ..errors import NotSimulatedError
 from .capture import Recorder
-from .config import TpuProfilerConfig  # noqa: F401  (the API's names, here as in TorchTPU)
 
 _last = None
 

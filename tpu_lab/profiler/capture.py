@@ -81,12 +81,8 @@ class Recorder:
         if not self._simulated:
             torch.accelerator.synchronize()
         self._seq = log.last_seq()
-        self._estimating = self._recording = None
-        if self._simulated:
-            from ..device import current
-
-            self._estimating = current().estimating(title=self.label)
-            self._recording = self._estimating.__enter__()
+        self._estimating = backend().recording(title=self.label)
+        self._recording = self._estimating.__enter__()
         self._prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True
         )
@@ -104,8 +100,7 @@ class Recorder:
         seconds = time.perf_counter() - self._t0
         with _quiet_kineto():
             self._prof.__exit__(*exc)
-        if self._estimating is not None:
-            self._estimating.__exit__(*exc)
+        self._estimating.__exit__(*exc)
         self.profile = self._build(seconds, log.since(self._seq))
         return False
 

@@ -137,9 +137,7 @@ class Profile:
             events.append({**base, "ph": "X", "dur": e.dur_us} if e.dur_us else
                           {**base, "ph": "i", "s": "t"})  # fmt: skip
         if self.estimate is not None:
-            from ..views.estimate import chip_text
-
-            where = f"estimated TPU: {chip_text(self.estimate)}, not a measurement"
+            where = f"estimated TPU: {self.estimate.idealised_chip}, not a measurement"
             events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": where}})
             events += [{"ph": "X", "name": s.name, "pid": 1, "tid": 0, "ts": s.start_us,
                         "dur": s.dur_us, "args": {"bound": s.bound}} for s in self.estimated]

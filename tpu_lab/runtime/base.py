@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .memory import MemoryStats
+from ..units import MemoryStats
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,13 @@ class Backend(abc.ABC):
             "hits": tpu._get_cache_hits(),
             "misses": tpu._get_cache_misses(),
         }
+
+    def recording(self, on=None, title: str = "block"):
+        """A context manager that records the ops this thread runs in the block, for an
+        estimate of their time on an idealised chip (``on``: a generation, default the
+        device's): it yields a :class:`tpu_lab.estimate.recorded.Recording`, filled when the
+        block ends, or ``None`` where the backend keeps no such record (a real TPU)."""
+        return contextlib.nullcontext(None)
 
     @abc.abstractmethod
     def set_eager_mode(self, mode) -> None:

@@ -7,8 +7,9 @@ import os
 from .. import device
 from ..device.modes import NUMERICS_ENV
 from ..errors import TopologyError
+from ..hardware.topology import parse_topology
+from ..units import MemoryStats, format_bytes
 from .base import Backend, DeviceStatus
-from .memory import MemoryStats, format_bytes
 
 
 class BundledBackend(Backend):
@@ -41,11 +42,18 @@ class BundledBackend(Backend):
             chip_index=chip.index,
         )
 
+    def recording(self, on=None, title: str = "block"):
+        """The compiled core's op log for this thread (outside such a block an op pays one
+        check); see :mod:`tpu_lab.estimate.recorded`."""
+        from ..estimate.recorded import estimating
+
+        return estimating(self._device, on, title)
+
     def set_eager_mode(self, mode) -> None:
         self._device.put_eager_mode(mode)  # the device publishes the change
 
     def use_topology(self, name: str) -> str:
-        topo = device.parse_topology(name)
+        topo = parse_topology(name)
         live = self._device.chip.stats().live
         if live > topo.hbm_per_device:
             raise TopologyError(

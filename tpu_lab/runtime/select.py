@@ -13,6 +13,7 @@ import threading
 
 from ..errors import BackendConflictError, DeviceCoreError
 from .base import Backend
+from .torch_tpu_finder import is_standin, real_spec
 
 #: Environment variable: which device "tpu" is: ``auto`` (default: TorchTPU where it is
 #: installed and a TPU is present, else the bundled device), ``bundled`` or ``torchtpu``.
@@ -40,13 +41,11 @@ def tpu_hardware_present() -> bool:
 
 def torch_tpu_state() -> str:
     """``'loaded'``, ``'installed'`` (not imported) or ``'absent'``, for the real TorchTPU
-    (tpu_lab's stand-in, :mod:`tpu_lab.standin`, counts as absent)."""
-    from .. import standin
-
+    (tpu_lab's stand-in, :mod:`tpu_lab.runtime.torch_tpu_finder`, counts as absent)."""
     module = sys.modules.get("torch_tpu")
-    if module is not None and not standin.is_standin(module):
+    if module is not None and not is_standin(module):
         return "loaded"
-    return "installed" if standin.real_spec() is not None else "absent"
+    return "installed" if real_spec() is not None else "absent"
 
 
 def _choice() -> str:

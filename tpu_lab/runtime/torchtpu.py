@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from ..bus import BUS
 from ..errors import TopologyError
-from ..events.bus import BUS
+from ..units import MemoryStats
 from .base import Backend, DeviceStatus
-from .memory import MemoryStats
 
 
 class TorchTPUBackend(Backend):

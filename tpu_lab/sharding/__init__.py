@@ -3,9 +3,11 @@
 ``tpu_lab.sharding.plan(config_or_model, chips=4, generation="v6e")`` lays a model out over the
 chips of a TPU generation from its tensor-parallel plan (no weights, no download);
 ``SimulatedMesh`` runs tensor-parallel forward passes over N simulated chips in one process;
-``view(obj)`` draws a tensor's shards, a model's placement table, a plan or a run, ``figure(obj)``
-the same with matplotlib (both in :mod:`tpu_lab.views`). Running SPMD cells on one process per
-chip is :mod:`tpu_lab.launch`'s. Everything here is data; the pictures are views.
+``plan(...).estimate("train")`` estimates one step of the plan on an idealised chip
+(:mod:`.step_estimate`). Running SPMD cells on one process per chip is :mod:`tpu_lab.launch`'s.
+Everything here is data; the pictures are views: ``tpu_lab.view(obj)`` draws a tensor's shards,
+a model's placement table, a plan or a run, ``tpu_lab.views.figure(obj)`` the same with
+matplotlib.
 """
 
 from __future__ import annotations
@@ -27,22 +29,18 @@ __all__ = [
     "ShardingInfo",
     "SimulatedMesh",
     "TensorLayout",
-    "figure",
     "layout_info",
     "model_layout",
     "plan",
     "plan_layout",
     "sharding_info",
     "simulate",
-    "view",
 ]
 
 _LAZY = {
     "SimulatedMesh": "tpu_lab.sharding.mesh",
     "MeshRun": "tpu_lab.sharding.mesh",
     "simulate": "tpu_lab.sharding.mesh",
-    "view": "tpu_lab.views.sharding",
-    "figure": "tpu_lab.views.sharding_figures",
 }
 
 

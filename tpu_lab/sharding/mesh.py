@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..device.topology import Generation
 from ..errors import ShardingError
+from ..hardware.topology import Generation
 from .info import ModelLayout, model_layout
-from .plan import _generation, match_plan, model_tp_plan, plan_layout
+from .plan import generation_and_chips, match_plan, model_tp_plan, plan_layout
 
 _FAKE = {"registered": False}
 
@@ -115,7 +115,7 @@ class SimulatedMesh:
 
     def __init__(self, chips: int | None = None, generation: str = "v6e") -> None:
         self.generation: Generation
-        self.generation, self.chips, _ = _generation(generation, chips)
+        self.generation, self.chips, _ = generation_and_chips(generation, chips)
         self.comms: Counter[str] = Counter()
         self.device_mesh = None
         self._mode = None

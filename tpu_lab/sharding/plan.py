@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..device.topology import GENERATIONS, Generation, parse_topology
 from ..errors import ShardingError, TopologyError
+from ..hardware.topology import GENERATIONS, Generation, parse_topology
 from .info import REPLICATE, ModelLayout, Split, TensorLayout, layout_info, shard
 from .meta import load_meta_model
 
@@ -303,7 +303,7 @@ class Plan:
         chip: :func:`tpu_lab.estimate.estimate_plan`): "forward" (``batch x seq`` tokens, or
         one denoising step at ``image_size``), "train" (forward, backward, AdamW update) or
         "decode" (one new token for each of ``batch`` sequences after ``seq`` cached ones)."""
-        from ..estimate.planner import estimate_plan
+        from .step_estimate import estimate_plan
 
         return estimate_plan(self, task, mode=mode, text_tokens=text_tokens)
 
@@ -311,7 +311,7 @@ class Plan:
     def topology(self) -> str | None:
         """The topology name (``'v6e-4'``, ``'v6e-16'``) when the generation has ``chips``
         on ``hosts`` hosts."""
-        from ..device.topology import make_topology
+        from ..hardware.topology import make_topology
 
         try:
             return make_topology(self.generation.name, self.chips, self.hosts).name
@@ -396,11 +396,11 @@ def _widest(layout: ModelLayout) -> int:
     return max((e.info.global_shape[-1] for e in layout.entries if e.info.ndim == 2), default=1)
 
 
-def _generation(generation: str, chips: int | None) -> tuple[Generation, int, int]:
+def generation_and_chips(generation: str, chips: int | None) -> tuple[Generation, int, int]:
     """A generation (``'v6e'``: ``chips`` of it, 4 by default, on one host where it has that
     many, else on its pod slice's hosts) or a topology (``'v6e-16'``: its chips and hosts,
     which ``chips`` may repeat); returns (generation, chips, hosts)."""
-    from ..device.slices import multi_host
+    from ..hardware.slices import multi_host
 
     gen = GENERATIONS.get(str(generation).strip().lower())
     if gen is None:
@@ -442,7 +442,7 @@ def plan(
     more chips shard weights, gradients and optimizer state (MaxText's ``ici_fsdp``), and
     ``data`` replicas of that mesh split the batch: ``chips * fsdp * data`` chips in all, and
     ``batch`` is the global batch. :meth:`Plan.estimate` estimates its time."""
-    gen, chips, hosts = _generation(generation, chips)
+    gen, chips, hosts = generation_and_chips(generation, chips)
     for name, value in (("data", data), ("fsdp", fsdp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ShardingError(f"{name} must be a positive integer, got {value!r}.")

@@ -3,8 +3,11 @@
 The data they draw lives elsewhere and stays plain; :func:`view` finds the picture of a data
 object (:mod:`.lookup`). One module per picture: the device's status, HBM, the event log and an
 explanation, the recompile timeline, the dashboard widget, a preview, a profile, sharding
-(:mod:`.sharding`, figures in :mod:`.sharding_figures`), the cluster and an SPMD cell.
+(:mod:`.sharding`, figures in :mod:`.sharding_figures`: :func:`figure`), the cluster and an
+SPMD cell.
 """
+
+from __future__ import annotations
 
 from .base import View
 from .events import EventLogView, ExplanationView
@@ -21,5 +24,15 @@ __all__ = [
     "RecompileTimelineView",
     "StatusView",
     "View",
+    "figure",
     "view",
 ]
+
+
+def figure(obj, name: str | None = None):
+    """A matplotlib figure of ``obj``'s sharding: a plan's or mesh run's mesh and per-chip
+    memory, a module's layout, a tensor's shards (titled ``name``); see
+    :func:`tpu_lab.views.sharding_figures.figure`."""
+    from .sharding_figures import figure as sharding_figure
+
+    return sharding_figure(obj, name)

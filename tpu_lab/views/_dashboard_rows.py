@@ -16,7 +16,7 @@ import time
 from typing import TypedDict
 
 from ..events import KINDS, Event
-from ..runtime.memory import format_bytes
+from ..units import format_bytes
 from ._widget_protocol import (
     Counters,
     Feed,

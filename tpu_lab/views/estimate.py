@@ -8,7 +8,7 @@ from __future__ import annotations
 import textwrap
 
 from ..estimate.result import LABEL, Estimate
-from ..runtime.memory import format_bytes
+from ..units import format_bytes
 from .base import View, clip, esc, terminal_width
 
 
@@ -67,17 +67,10 @@ def _facts(e: Estimate) -> list[str]:
     return facts
 
 
-def chip_text(e: Estimate) -> str:
-    """``'an idealised TPU v6e chip'`` (one of a v7 chip's two devices: ``'an idealised TPU
-    v7 device'``)."""
-    name, per, _ = e.chip.name.partition("/")
-    return f"an idealised TPU {name} {'device' if per else 'chip'}"
-
-
 def line(e: Estimate, top: int = 2) -> str:
     """One line for beside a host time: ``estimated on an idealised TPU v6e chip (not a
     measurement): 1.82 ms (memory-bound; MXU 23%, padding waste 4%; top: aten.mm 61%, ...)``."""
-    head = f"estimated on {chip_text(e)} (not a measurement)"
+    head = f"estimated on {e.idealised_chip} (not a measurement)"
     if not e.ops:
         return f"{head}: no TPU ops ran"
     total = e.seconds or 1.0

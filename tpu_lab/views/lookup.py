@@ -44,18 +44,32 @@ def _maker(obj: Any):
 
 
 def view(obj: Any, **options: Any) -> View:
-    """The view of ``obj`` (a View is its own view); ``options`` go to the view (such as
-    ``name=`` for a tensor's shards, ``top=`` for a profile's table)."""
+    """The view of ``obj`` (a View is its own view; a tensor or a module: its sharding);
+    ``options`` go to the view (such as ``name=`` for a tensor's shards, ``estimate=`` for a
+    plan's step, ``top=`` for a profile's table)."""
     if isinstance(obj, View):
         return obj
     maker = _maker(obj)
+    if maker is None and _drawn_as_sharding(obj):
+        from .sharding import view as sharding_view
+
+        return sharding_view(obj, **options)
     if maker is None:
         drawn = ", ".join(sorted(name for _, name in VIEWS))
         raise TpuLabError(
-            f"tpu_lab has no picture of a {type(obj).__name__}; it draws {drawn} "
-            "(tpu_lab.sharding.view draws tensors and modules, tpu_lab.preview images)."
+            f"tpu_lab has no picture of a {type(obj).__name__}; it draws {drawn}, and tensors "
+            "and modules as their sharding (tpu_lab.preview draws images)."
         )
     return maker(obj, **options)
+
+
+#: Types :func:`view` draws as their sharding (a tensor's shards, a module's placement table),
+#: though IPython's formatters leave them as they are (they are not in :data:`VIEWS`).
+SHARDING_OF = (("torch", "Tensor"), ("torch.nn.modules.module", "Module"))
+
+
+def _drawn_as_sharding(obj: Any) -> bool:
+    return any((c.__module__, c.__qualname__) in SHARDING_OF for c in type(obj).__mro__)
 
 
 def _bundle(obj: Any) -> dict[str, str]:

@@ -6,7 +6,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..runtime.memory import MemoryStats, format_bytes
+from ..units import MemoryStats, format_bytes
 from .base import View, clip, esc, terminal_width
 
 LIVE, PEAK, FREE = "█", "▒", "░"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from ..estimate.result import Estimate
 from ..profiler.report import LANES, Profile
-from ..runtime.memory import format_bytes
+from ..units import format_bytes
 from .base import View, clip, esc, terminal_width
-from .estimate import chip_text, flops_text, seconds_text
+from .estimate import flops_text, seconds_text
 
 #: The estimated track's name, and the colour of its steps by bound.
 ESTIMATED = "est. TPU"
@@ -30,7 +30,7 @@ def _estimate_rows(e: Estimate, top: int) -> list[tuple[str, ...]]:
 
 
 def _estimate_head(e: Estimate) -> str:
-    return (f"estimated on {chip_text(e)} (not a measurement): {seconds_text(e.seconds)}, "
+    return (f"estimated on {e.idealised_chip} (not a measurement): {seconds_text(e.seconds)}, "
             f"{e.bound}-bound")
 
 #: The lanes' colours in the SVG timeline.
@@ -84,7 +84,7 @@ class ProfileView(View):
                     row[i] = mark
             lines.append(f"{ESTIMATED:>9} |{''.join(row)}|")
             lines.append(f"{'':>9}  0{'':{cols - 12}}{seconds_text(e.seconds):>8}")
-            lines.append(clip(f"{'':>9}  {ESTIMATED}: estimated time on {chip_text(e)} (not a "
+            lines.append(clip(f"{'':>9}  {ESTIMATED}: estimated time on {e.idealised_chip} (not a "
                               "measurement)", width))
             lines.append(clip(f"{'':>9}  on its own scale; #+ compute-bound, =- memory- or "
                               "launch-bound", width))

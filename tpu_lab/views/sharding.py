@@ -9,7 +9,6 @@ import textwrap
 import torch
 
 from ..errors import ShardingError
-from ..runtime.memory import format_bytes
 from ..sharding.info import (
     ModelLayout,
     ShardingInfo,
@@ -20,6 +19,7 @@ from ..sharding.info import (
 )
 from ..sharding.mesh import MeshRun
 from ..sharding.plan import Plan
+from ..units import format_bytes
 from .base import View, clip, esc, terminal_width
 
 #: One colour per chip in HTML (cycled past 10 chips); cells held by several chips are grey.

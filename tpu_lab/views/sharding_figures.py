@@ -3,10 +3,10 @@ only): the mesh with what each chip holds, and per-chip memory against HBM capac
 
 from __future__ import annotations
 
-from ..runtime.memory import format_bytes
 from ..sharding.info import ModelLayout, ShardingInfo
 from ..sharding.mesh import MeshRun
 from ..sharding.plan import Plan
+from ..units import format_bytes
 from .sharding import CHIP_COLORS, blocks, sharding_data
 
 GiB = 1 << 30

@@ -6,7 +6,7 @@ events."""
 from __future__ import annotations
 
 from ..launch.spmd_result import SpmdResult
-from ..runtime.memory import format_bytes
+from ..units import format_bytes
 from .base import View, clip, esc, terminal_width
 
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from ..events import KINDS, Event
 from ..runtime.base import DeviceStatus
-from ..runtime.memory import format_bytes
 from ..session import mode_of
+from ..units import format_bytes
 from .base import View, clip, counted, esc, terminal_width
 from .events import EventLogView
 from .memory import html_bar, percent, text_bar, usage_text

@@ -2,7 +2,7 @@
 
 The table mirrors TorchTPU's ``_internal/utils/hardware.py``: the topology (mesh shape) for
 each supported chip count of one host. HBM per chip and every other published figure come
-from the one chip table, :mod:`tpu_lab.estimate.chips`. Topologies that span several hosts
+from the one chip table, :mod:`tpu_lab.hardware.chips`. Topologies that span several hosts
 (pod slices) come from :mod:`.slices`.
 """
 
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import TopologyError
-from ..estimate.chips import CHIPS, Chip
+from .chips import CHIPS, Chip
 
 #: Environment variable read once, at first use: the simulated generation and chip count,
 #: default ``v6e-1``; ``v4-{1,2,4,8}``, ``v5e-{1,4,8}``, ``v5p-{1,2,4,8}``, ``v6e-{1,4,8}``,
@@ -26,7 +26,7 @@ DEFAULT_TOPOLOGY = "v6e-1"
 @dataclass(frozen=True)
 class Generation:
     """One TPU generation: how its chips are laid out on one host, and (through :attr:`chip`,
-    the single table of :mod:`tpu_lab.estimate.chips`) its published figures."""
+    the single table of :mod:`tpu_lab.hardware.chips`) its published figures."""
 
     name: str
     topologies: dict[int, tuple[int, ...]] = field(hash=False)

@@ -11,7 +11,7 @@ added, and the whole costed as one compiled program (:func:`tpu_lab.estimate.gra
   ``seq`` tokens (transformers' ``StaticCache``, as compiled decoding uses).
 
 Parallelism, per step: the tensor-parallel all-reduces come from the ops
-(:mod:`tpu_lab.estimate.shares`); FSDP all-gathers the weights for the forward (and again for
+(:mod:`tpu_lab.sharding.tp_shares`); FSDP all-gathers the weights for the forward (and again for
 the backward) and reduce-scatters the gradients; data parallelism all-reduces the gradients,
 over the data-center network when the chips outnumber one pod (``Chip.pod_chips``).
 """
@@ -26,13 +26,13 @@ from collections import OrderedDict, defaultdict
 import torch
 
 from ..errors import ShardingError
-from ..runtime.memory import format_bytes
-from .graph import MODES, cost
-from .inputs import diffusion_step, family, language_step
-from .result import Estimate
-from .runner import FusedAttention, balance_experts, use_fused_attention
-from .shares import split
-from .trace import Program, Record, Recorder
+from ..estimate.graph import MODES, cost
+from ..estimate.result import Estimate
+from ..estimate.trace import Program, Record, Recorder
+from ..units import format_bytes
+from .meta_run import FusedAttention, balance_experts, use_fused_attention
+from .step_inputs import diffusion_step, family, language_step
+from .tp_shares import split
 
 TASKS = ("forward", "train", "decode")
 
@@ -59,7 +59,7 @@ def _check(plan, task: str, mode: str) -> None:
 def _model(plan):
     """The plan's model on the meta device, in the plan's dtype, with fused attention (built
     from a copy of the plan's config, which stays as it was)."""
-    from ..sharding.meta import load_meta_model
+    from .meta import load_meta_model
 
     obj = plan.obj if isinstance(plan.obj, torch.nn.Module) else copy.deepcopy(plan.obj)
     model, _ = load_meta_model(obj)
@@ -167,7 +167,7 @@ def _verdict(plan, task: str, weight_bytes: float, params) -> str:
 
 
 def _state_bytes() -> int:
-    from .constants import assumptions
+    from ..estimate.assumed import assumptions
 
     return assumptions().optimizer_state_bytes
 

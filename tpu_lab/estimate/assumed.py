@@ -1,6 +1,6 @@
 """The assumed constants of every estimate: named, explained, settable.
 
-The chips' figures (:mod:`tpu_lab.estimate.chips`) are published; these are not. Each one
+The chips' figures (:mod:`tpu_lab.hardware.chips`) are published; these are not. Each one
 says where it comes from or why it has its value. One set serves every estimate.
 
 Read the current set with :func:`assumptions`; change one for the rest of the session with the

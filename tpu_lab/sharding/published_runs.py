@@ -1,9 +1,9 @@
 """Published measurements beside the estimates for the same runs.
 
 Each :class:`Measured` is one public figure (a training step, a decode throughput, an image
-generation time) with the run's model config (:mod:`tpu_lab.estimate.configs`), chips, batch,
+generation time) with the run's model config (:mod:`.published_configs`), chips, batch,
 sequence length and dtype, and where it was published. :func:`compare` estimates the same run
-with the one set of assumptions (:mod:`tpu_lab.estimate.constants`) and gives the ratio
+with the one set of assumptions (:mod:`tpu_lab.estimate.assumed`) and gives the ratio
 estimate / measured time: an idealised chip beats a real run (ratio < 1).
 
 Chips are counted as chips: "v4-8" and "v5p-8" name TensorCores (4 chips), "v5e-8" and
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .configs import config
+from .plan import plan
+from .published_configs import config
 
 RECIPES = "AI-Hypercomputer/tpu-recipes"
 TRILLIUM = f"{RECIPES} training/trillium"
@@ -133,8 +134,6 @@ class Comparison:
 
 
 def _plan(row: Measured, name: str, batch: int, image_size=None):
-    from ..sharding.plan import plan
-
     return plan(config(name), chips=row.chips, generation=row.generation, batch=batch,
                 seq=row.seq, dtype=torch.bfloat16, image_size=image_size, fsdp=row.fsdp,
                 data=row.data)

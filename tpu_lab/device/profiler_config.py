@@ -1,6 +1,7 @@
 """``torch.tpu.profiler.TpuProfilerConfig``: TorchTPU's profiler options for
-``torch.profiler.profile(experimental_config=...)`` (light: imported when ``torch.tpu`` is
-built)."""
+``torch.profiler.profile(experimental_config=...)``. A name of the ``torch.tpu`` surface, so
+the device builds it with ``torch.tpu`` (light: it imports only torch); tpu_lab's own profiler
+(:mod:`tpu_lab.profiler`, above the device) re-exports it."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ class TpuProfilerConfig(torch.profiler._ExperimentalConfig):
 
 
 def torch_tpu_module():
-    """The ``torch.tpu.profiler`` module object (for :mod:`tpu_lab.device.tpu_module`)."""
+    """The ``torch.tpu.profiler`` module object (for :mod:`.tpu_module`)."""
     import types
 
     module = types.ModuleType("torch.tpu.profiler", "TorchTPU's profiler API (tpu_lab).")

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from .ops import is_view, op_numbers
-from .trace import Program, Record
+from ..estimate.ops import is_view, op_numbers
+from ..estimate.trace import Program, Record
 
 aten = torch.ops.aten
 
@@ -41,7 +41,7 @@ def split(program: Program, tp: int, chip) -> Program:
     """``program`` with each value's and op's share set for ``tp``-way tensor parallelism (the
     parameters' shares must already be set) and an all-reduce before each read of a partial
     sum. Returns a new program over the same values."""
-    from .constants import assumptions
+    from ..estimate.assumed import assumptions
 
     a = assumptions()
     values = program.values
