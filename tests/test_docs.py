@@ -112,11 +112,16 @@ def test_the_magics_and_settings_pages_list_what_the_code_defines(docs_site):
 
 BROKEN_LINK = "\nSee [the page that is not there](no-such-page.md).\n"
 NEW_COMMAND = '''
-COMMANDS["docs-check"] = Command(
+from .table import Arg, subcommand  # noqa: E402
+
+
+@subcommand(
     "docs-check",
     "a subcommand added by tests/test_docs.py",
-    (Arg(("--depth",), {"type": int, "metavar": "D", "help": "how deep to look"}),),
+    Arg(("--depth",), {"type": int, "metavar": "D", "help": "how deep to look"}),
 )
+def docs_check(magics, args, cell):
+    print("checked")
 '''
 NEW_MODULE = '''"""A module added by tests/test_docs.py."""
 
@@ -142,7 +147,7 @@ def changed(tmp_path_factory):
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     with open(root / "docs" / "guides" / "numerics.md", "a") as page:
         page.write(BROKEN_LINK)
-    with open(root / "tpu_lab" / "magics.py", "a") as magics:
+    with open(root / "tpu_lab" / "magics" / "session.py", "a") as magics:
         magics.write(NEW_COMMAND)
     (root / "tpu_lab" / "docs_check.py").write_text(NEW_MODULE)
     site = root / "site"

@@ -160,10 +160,10 @@ def test_usage_errors_have_the_fix(shell):
     )
     assert usage_error(shell, "status", "1") == (
         "%%tpu status does not run a cell: write %tpu status on a line of its own. Cell "
-        "subcommands: %%tpu mode MODE, %%tpu time, %%tpu profile, %%tpu spmd."
+        "subcommands: %%tpu mode MODE, %%tpu spmd, %%tpu time, %%tpu profile."
     )
     assert usage_error(shell, "", "1") == (
-        "%%tpu needs a subcommand: %%tpu mode MODE, %%tpu time, %%tpu profile, %%tpu spmd."
+        "%%tpu needs a subcommand: %%tpu mode MODE, %%tpu spmd, %%tpu time, %%tpu profile."
     )
     assert usage_error(shell, "mode", "1") == (
         "%tpu mode: %%tpu mode needs a mode for the cell\n"
@@ -280,7 +280,7 @@ def test_cell_traceback_shows_the_cell_line_not_the_magic(shell):
         shell.run_cell("%%tpu mode fuse\nx = 1\n1 / 0", store_history=True)
     shown = cap.stdout + cap.stderr
     assert "ZeroDivisionError" in shown and "----> 2 1 / 0" in _plain(shown)
-    assert "magics.py" not in shown and "skipping hidden" in shown
+    assert "magics/shell.py" not in shown and "skipping hidden" in shown
 
 
 def test_a_cell_ending_in_a_semicolon_shows_nothing(shell):
@@ -422,8 +422,9 @@ def fakes(monkeypatch):
         return planned
 
     sharding = types.ModuleType("tpu_lab.sharding")
-    sharding.view = record("view")
     sharding.plan = plan
+    sharding_views = types.ModuleType("tpu_lab.views.sharding")
+    sharding_views.view = record("view")
     cluster = types.ModuleType("tpu_lab.launch.cluster")
 
     # The contract of tpu_lab.launch.cluster: current() raises until a cluster was started,
@@ -464,7 +465,7 @@ def fakes(monkeypatch):
     media.preview = record("preview")
     dashboard = types.ModuleType("tpu_lab.views.dashboard")
     dashboard.Dashboard = lambda: calls.append(("Dashboard", (), {})) or Shown("dashboard")
-    for module in (sharding, cluster, connect, media, dashboard):
+    for module in (sharding, sharding_views, cluster, connect, media, dashboard):
         monkeypatch.setitem(sys.modules, module.__name__, module)
     return calls
 

@@ -1,0 +1,149 @@
+"""``%tpu memory``, ``%tpu sharding``, ``%tpu plan``, ``%tpu cluster`` and ``%%tpu spmd``: HBM,
+how tensors and models are laid out over the chips, and one process per chip."""
+
+from __future__ import annotations
+
+import os
+
+from IPython.display import Image, display
+
+from ..views import lookup
+from .parsing import error, image_size, module, shown_as_usage_errors
+from .table import Arg, subcommand
+
+#: What ``%tpu plan --estimate`` estimates (tpu_lab.sharding.step_estimate.TASKS), or nothing.
+ESTIMATES = ("forward", "train", "decode", "none")
+
+
+@subcommand(
+    "memory",
+    "HBM per chip: live, peak, capacity",
+    Arg(("--plot",), {"action": "store_true", "help": "a static image (matplotlib)"}),
+)
+def memory(magics, args, cell):
+    from ..views import MemoryView
+
+    with shown_as_usage_errors():
+        view = MemoryView.current()
+    display(Image(data=view.png(), format="png") if args.plot else view)
+
+
+@subcommand(
+    "sharding",
+    "how the tensor or model in variable VAR is laid out over the chips",
+    Arg(("var",), {"metavar": "VAR"}, "variable"),
+)
+def sharding(magics, args, cell):
+    obj = magics.lookup(args.var, "sharding")
+    views = module("tpu_lab.views.sharding")
+    with shown_as_usage_errors():
+        display(views.view(obj))
+
+
+@subcommand(
+    "plan",
+    "plan how MODEL (a config, a model on the meta device, or a path) fits on the chips and, "
+    "given a step (--batch and --seq, or --image-size), estimate its time",
+    Arg(("model",), {"metavar": "MODEL"}, "variable"),
+    Arg(("--chips",), {"type": int, "metavar": "N", "help": "default: the current topology's"}),
+    Arg(("--generation",), {"help": "default: the current topology's"}),
+    Arg(("--batch",), {"type": int, "metavar": "B"}),
+    Arg(("--seq",), {"type": int, "metavar": "S"}),
+    Arg(("--image-size",), {"type": image_size, "metavar": "HxW",
+                            "help": "an image model's pixels, e.g. 1024x1024 (batch 1 unless "
+                                    "--batch)"}),
+    Arg(("--frames",), {"type": int, "metavar": "N", "help": "a video model's frames, e.g. 81"}),
+    Arg(("--dtype",), {"choices": ("float32", "bfloat16", "float16"),
+                       "help": "weights' dtype (default: the model's)"}),
+    Arg(("--estimate",), {"choices": ESTIMATES,
+                          "help": "the step's estimated time and throughput on an idealised chip "
+                                  "(not a measurement): " + "|".join(ESTIMATES) + " (default: "
+                                  "forward when --batch and --seq or --image-size are given, "
+                                  "else none)"}),
+)  # fmt: skip
+def plan(magics, args, cell):
+    if args.model in magics.shell.user_ns or not os.path.exists(args.model):
+        model = magics.lookup(args.model, "plan")
+    else:
+        model = args.model  # a path to a saved model or config
+    chips, generation = args.chips, args.generation
+    if chips is None or generation is None:
+        from .. import session
+
+        with shown_as_usage_errors():
+            current_generation, current_chips = session.current_topology()
+        generation = generation or current_generation
+        chips = chips or current_chips
+    step = args.image_size is not None or (args.batch is not None and args.seq is not None)
+    task = args.estimate or ("forward" if step else "none")
+    if task != "none" and not step:
+        raise error("plan", f"--estimate {task} needs the work of one step: give --batch and "
+                            "--seq (or --image-size for an image model)")
+    planning = module("tpu_lab.sharding")
+    with shown_as_usage_errors():
+        planned = planning.plan(
+            model,
+            chips=chips,
+            generation=generation,
+            batch=args.batch,
+            seq=args.seq,
+            dtype=None if args.dtype is None else getattr(module("torch"), args.dtype),
+            image_size=args.image_size,
+            frames=args.frames,
+        )
+        estimate = None if task == "none" else planned.estimate(task)
+        display(module("tpu_lab.views.sharding").view(planned, estimate=estimate))
+
+
+@subcommand(
+    "cluster",
+    "one process per chip: start TOPOLOGY (default: the current one; a pod slice such as v6e-16 "
+    "runs its hosts on this machine), connect to an ipyparallel cluster started outside (engines "
+    "on one host or several), stop, restart, status",
+    Arg(("action",), {"nargs": "?", "default": "status",
+                      "choices": ("start", "connect", "stop", "restart", "status")}),
+    Arg(("topology",), {"nargs": "?", "metavar": "TOPOLOGY",
+                        "help": "for start (or connect), e.g. v6e-4, v6e-16"}, "topology"),
+    Arg(("--profile",), {"metavar": "NAME", "help": "for connect: the cluster's ipython profile"}),
+    Arg(("--cluster-id",), {"metavar": "ID", "help": "for connect: the cluster's id"}),
+    Arg(("--url-file",), {"metavar": "PATH", "help": "for connect: its ipcontroller-client.json"}),
+)  # fmt: skip
+def cluster(magics, args, cell):
+    clusters = module("tpu_lab.launch.cluster")
+    if args.topology is not None and args.action not in ("start", "connect"):
+        raise error("cluster", f"only start and connect take a topology, not {args.action}")
+    where = {"profile": args.profile, "cluster_id": args.cluster_id, "url_file": args.url_file}
+    if args.action != "connect" and any(where.values()):
+        raise error("cluster", "--profile, --cluster-id and --url-file are for connect")
+    with shown_as_usage_errors():
+        if args.action == "connect":
+            result = module("tpu_lab.launch.connect").connect(**where, topology=args.topology)
+        elif args.action == "start":
+            topology = args.topology
+            if topology is None:
+                from ..runtime import backend
+
+                topology = backend().status().topology
+            result = clusters.start(topology)
+        elif args.action == "stop":
+            result = clusters.stop()
+        elif args.action == "restart":
+            result = clusters.restart()
+        else:
+            result = clusters.current()
+    if result is None:
+        print(f"cluster: {args.action} done")
+    else:
+        display(lookup.view(result))
+
+
+@subcommand(
+    "spmd",
+    "run this cell on every rank of the cluster; shows rank 0's output and the sharding",
+    line=False,
+    cell=True,
+)
+def spmd(magics, args, cell):
+    clusters = module("tpu_lab.launch.cluster")
+    with shown_as_usage_errors():
+        display(lookup.view(clusters.current().run_cell(cell)))
