@@ -1,7 +1,8 @@
 # Two commands for a new user on a fresh machine:
 #   make run    set up .venv and run the main job (doctor + terminal tour of the "tpu" device)
 #   make test   set up .venv with the test dependencies (and .venv-torchtpu with the real
-#               torch-tpu, for the contract tests), build the docs strictly, run every test
+#               torch-tpu, for the contract tests), check the layers (lint-imports), build the
+#               docs strictly, run every test
 # and:
 #   make lab        the teaching notebooks in JupyterLab, on 127.0.0.1
 #   make notebooks  re-execute the notebooks and store their outputs
@@ -22,6 +23,7 @@ test:
 	VENV=$(VENV) scripts/setup.sh dev
 	scripts/setup_torchtpu_env.sh
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python scripts/docs.py
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
