@@ -268,7 +268,7 @@ def _divides(name, style, shape, split: Split, chips: int) -> list[str]:
 @dataclass(frozen=True)
 class Plan:
     """A tensor-parallel plan computed without weights: layout, HBM per chip, fit (its picture:
-    :class:`tpu_lab.views.sharding.PlanView`; its figure: :func:`tpu_lab.sharding.figure`)."""
+    :class:`tpu_lab.views.sharding.PlanView`; its figure: :func:`tpu_lab.views.figure`)."""
 
     model: str
     source: str
@@ -300,7 +300,7 @@ class Plan:
     def estimate(self, task: str = "forward", *, mode: str = "compiled",
                  text_tokens: int | None = None):
         """The estimated time of one ``task`` on the plan's chips (an estimate of an idealised
-        chip: :func:`tpu_lab.estimate.estimate_plan`): "forward" (``batch x seq`` tokens, or
+        chip: :func:`tpu_lab.sharding.step_estimate.estimate_plan`): "forward" (``batch x seq`` tokens, or
         one denoising step at ``image_size``), "train" (forward, backward, AdamW update) or
         "decode" (one new token for each of ``batch`` sequences after ``seq`` cached ones)."""
         from .step_estimate import estimate_plan
