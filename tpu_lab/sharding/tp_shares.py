@@ -45,7 +45,7 @@ def split(program: Program, tp: int, chip) -> Program:
 
     a = assumptions()
     values = program.values
-    out = Program(values=values)
+    out = Program(values=values, buffers=program.buffers)
     partial: set[int] = set()
 
     def reduce(v: int) -> None:
