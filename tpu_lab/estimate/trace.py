@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import TpuLabError
 from .ops import OpSignature, TensorSpec, is_view, signature, spec, written
@@ -118,7 +117,9 @@ class Recorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.program = Program()
-        self._ids: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> value
+        #: id(tensor) -> (a weak reference to it, its value); a dead tensor's id may be reused
+        #: by a new one, which the reference tells apart.
+        self._ids: dict[int, tuple[weakref.ref, int]] = {}
         self._storages: dict[int, tuple[int, weakref.ref]] = {}  # live storage -> buffer
 
     def hold(self, t: torch.Tensor, kind: str, share: float = 1.0) -> int:
@@ -133,11 +134,12 @@ class Recorder(TorchDispatchMode):
 
     def value_of(self, t: torch.Tensor) -> int:
         """The value ``t`` holds now (a new input value the first time it is seen)."""
-        vid = self._ids.get(t)
-        if vid is None:
-            vid = self.program.new_value(spec(t))
-            self._ids[t] = vid
-            self._place(t, vid, made=-1)
+        found = self._ids.get(id(t))
+        if found is not None and found[0]() is t:
+            return found[1]
+        vid = self.program.new_value(spec(t))
+        self._ids[id(t)] = (weakref.ref(t), vid)
+        self._place(t, vid, made=-1)
         return vid
 
     def _place(self, t: torch.Tensor, vid: int, made: int) -> None:
@@ -175,7 +177,7 @@ class Recorder(TorchDispatchMode):
         for t in outs:
             base = ins[0] if view and ins else None
             vid = self.program.new_value(spec(t), base)
-            self._ids[t] = vid
+            self._ids[id(t)] = (weakref.ref(t), vid)
             self._place(t, vid, made)
             vids.append(vid)
         self.program.records.append(Record(signature(func, args, kwargs, out), ins, tuple(vids)))

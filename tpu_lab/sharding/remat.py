@@ -59,7 +59,7 @@ def blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
         if any(name.startswith(prefix) for prefix in inside):
             continue
         if isinstance(module, torch.nn.ModuleList):
-            found += list(module)
+            found += [m for m in module if m is not None]  # a list may hold None in a place
             inside.add(f"{name}." if name else "")
     return found
 
