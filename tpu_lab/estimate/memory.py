@@ -20,9 +20,9 @@ made it: ``1/tp`` of a split weight's, ``1/fsdp`` of what FSDP shards).
   pad buffers: not modelled.
 
 What fills HBM at the peak is told by what each buffer holds: the caller names those that
-existed before (weights, optimizer state, KV cache, inputs) and the gradients; of the others,
-those made before the backward began and still alive when it began are activations saved for
-backward, the rest temporaries.
+existed before (weights, optimizer state, KV cache, inputs: any other that existed before is an
+input) and the gradients; of those made in the run, those made before the backward began and
+still alive when it began are activations saved for backward, the rest temporaries.
 """
 
 from __future__ import annotations
@@ -68,9 +68,13 @@ class Span:
 
 
 def classify(program: Program, backward_at: int | None) -> None:
-    """Give every buffer without a kind one (see the module's docstring)."""
+    """Give every buffer without a kind one (see the module's docstring): one that existed
+    before the run is an input."""
     for b in program.buffers:
         if b.kind:
+            continue
+        if b.made < 0:
+            b.kind = "inputs"
             continue
         saved = (backward_at is not None and b.made < backward_at
                  and (b.freed is None or b.freed > backward_at))
