@@ -7,19 +7,12 @@ batch; bad input."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
-from transformers import (
-    BertConfig,
-    GemmaConfig,
-    GPT2Config,
-    LlamaConfig,
-    MistralConfig,
-    Qwen2Config,
-    T5Config,
-)
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
 from tpu_lab.errors import ShardingError
@@ -28,47 +21,10 @@ from tpu_lab.estimate.trace import Recorder
 from tpu_lab.sharding import plan
 from tpu_lab.sharding.step_estimate import measure_peak
 
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, vocab_size=256, max_position_embeddings=256)
-ZOO = {
-    "llama": lambda: LlamaConfig(**TINY, architectures=["LlamaForCausalLM"]),
-    "gpt2": lambda: GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=256,
-                               bos_token_id=0, eos_token_id=0,
-                               architectures=["GPT2LMHeadModel"]),
-    "qwen2": lambda: Qwen2Config(**TINY, architectures=["Qwen2ForCausalLM"]),
-    "mistral": lambda: MistralConfig(**TINY, architectures=["MistralForCausalLM"]),
-    "gemma": lambda: GemmaConfig(**TINY, head_dim=16, architectures=["GemmaForCausalLM"]),
-    "bert": lambda: BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                               num_attention_heads=4, vocab_size=256,
-                               max_position_embeddings=256, architectures=["BertForMaskedLM"]),
-    "t5": lambda: T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
-                           vocab_size=256, architectures=["T5EncoderModel"]),
-    "unet": lambda: {
-        "_class_name": "UNet2DConditionModel", "sample_size": 8, "in_channels": 4,
-        "out_channels": 4, "block_out_channels": [32, 64], "layers_per_block": 1,
-        "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
-        "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"], "cross_attention_dim": 32,
-        "attention_head_dim": 8, "norm_num_groups": 8},
-    "vae": lambda: {
-        "_class_name": "AutoencoderKL", "block_out_channels": [32, 64],
-        "down_block_types": ["DownEncoderBlock2D"] * 2,
-        "up_block_types": ["UpDecoderBlock2D"] * 2, "latent_channels": 4,
-        "layers_per_block": 1, "norm_num_groups": 8, "sample_size": 64},
-    "flux": lambda: {
-        "_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": 16,
-        "num_layers": 1, "num_single_layers": 1, "attention_head_dim": 16,
-        "num_attention_heads": 2, "joint_attention_dim": 32, "pooled_projection_dim": 32,
-        "guidance_embeds": False, "axes_dims_rope": [4, 6, 6]},
-}  # fmt: skip
-DECODERS = {"llama", "gpt2", "qwen2", "mistral", "gemma"}
-IMAGES = {"unet", "vae", "flux"}
-CASES = [(name, dtype, task) for name in ZOO for dtype in (torch.bfloat16, torch.float32)
-         for task in ("train", "forward", *(("decode",) if name in DECODERS else ()))]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from check_memory import CASES, ZOO, zoo_plan  # noqa: E402  (the zoo of the docs' table)
 
-
-def _plan(name: str, dtype=torch.bfloat16, **options):
-    step = dict(image_size=(64, 64), batch=2) if name in IMAGES else dict(batch=2, seq=64)
-    return plan(ZOO[name](), chips=1, dtype=dtype, **step, **options)
+_plan = zoo_plan
 
 
 @pytest.mark.parametrize(("name", "dtype", "task"), CASES,

@@ -288,10 +288,11 @@ def _recording(plan, task: str, text_tokens: int | None, remat: str, optimizer: 
 def measure_peak(plan, task: str = "forward", *, remat: str | None = None,
                  optimizer: str | None = None, text_tokens: int | None = None,
                  device: str = "tpu") -> int:
-    """The peak bytes the step of ``plan`` allocates on ``device`` (this process's chip), run
-    for real with freshly initialised weights: the measurement an estimate's eager peak is
-    checked against (``torch.accelerator.max_memory_allocated()`` over the step). One chip's
-    plan only: a tensor-parallel step runs on one process per chip."""
+    """The peak bytes the step of ``plan`` holds on ``device`` (this process's chip), run for
+    real with freshly initialised weights: the measurement an estimate's eager peak is
+    checked against (``torch.accelerator.max_memory_allocated()`` over the step, less what
+    the chip held before the step's model was made). One chip's plan only: a
+    tensor-parallel step runs on one process per chip."""
     if plan.chips * plan.fsdp > 1:
         raise ShardingError(f"measure_peak runs the step in this process, on one chip; this plan "
                             f"shards it over {plan.chips * plan.fsdp}: run it on one process per "
@@ -299,12 +300,14 @@ def measure_peak(plan, task: str = "forward", *, remat: str | None = None,
     remat = plan.remat if remat is None else remat
     optimizer = plan.optimizer if optimizer is None else optimizer
     check(plan, task, "eager", remat, optimizer)
+    gc.collect()  # what earlier work left to the collector is not the step's
+    before = torch.accelerator.memory_allocated()
     ready = _prepare(plan, task, text_tokens, remat, optimizer, device)
     torch.accelerator.synchronize()
     torch.accelerator.reset_peak_memory_stats()
     run_step(ready.model, ready.step, task, ready.optimizer)
     torch.accelerator.synchronize()
-    return torch.accelerator.max_memory_allocated()
+    return torch.accelerator.max_memory_allocated() - before
 
 
 def _units(model: torch.nn.Module, rec: Recorder) -> list[tuple[int, ...]]:
