@@ -193,3 +193,38 @@ def test_an_image_size_the_model_cannot_take_says_which_would_do():
     assert str(info.value) == (
         "image_size 1000x1000 does not suit FluxTransformer2DModel: height and width must be "
         "multiples of 16 (an 8x VAE, then latents packed in 2x2 patches); for example 992x992.")
+
+
+def test_a_tensor_parallel_plan_beside_the_clusters_ranks(tmp_path):
+    """TP=4 on the 4-process cluster (transformers' own plan, tp_plan="auto"): each rank holds
+    the planned weights exactly; its peak is higher than the estimate's by what transformers'
+    gather of the LM head's output stages in float32 (see docs/estimates.md)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tpu_lab.launch import cluster as spmd
+
+    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=8, num_key_value_heads=4, vocab_size=1024,
+                         max_position_embeddings=512, architectures=["LlamaForCausalLM"])
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(tmp_path)
+    estimate = plan(config, chips=4, batch=4, seq=128, dtype=torch.bfloat16).estimate(
+        "forward", mode="eager")
+    ranks = spmd.start("v6e-4")
+    try:
+        result = ranks.run_cell(
+            "import gc, torch\nfrom transformers import AutoModelForCausalLM\n"
+            "gc.collect()\nbefore = torch.accelerator.memory_allocated()\n"
+            f"m = AutoModelForCausalLM.from_pretrained({str(tmp_path)!r}, tp_plan='auto', "
+            "dtype=torch.bfloat16)\n"
+            "weights = torch.accelerator.memory_allocated() - before\n"
+            "ids = torch.zeros(4, 128, dtype=torch.long, device='tpu')\n"
+            "torch.accelerator.reset_peak_memory_stats()\n"
+            "with torch.no_grad():\n    out = m(input_ids=ids, use_cache=False)\n"
+            "del out\n"
+            "print(weights, torch.accelerator.max_memory_allocated() - before)\n")
+    finally:
+        spmd.stop()
+    weights, measured = map(int, result.stdout.split())
+    assert estimate.memory.of("weights") == pytest.approx(weights, rel=0.01)
+    assert 0.6 * measured < estimate.peak_hbm_bytes < measured

@@ -163,6 +163,7 @@ class StepRecording:
     experts: int
     marks: dict[str, int]
     units: list[tuple[int, ...]]  # the parameter values of each FSDP unit (a block, the rest)
+    gathered: frozenset[int]  # the weights whose matmuls' outputs tensor parallelism gathers
 
 
 def _cache_tensors(step: Step) -> list[torch.Tensor]:
@@ -282,7 +283,7 @@ def _recording(plan, task: str, text_tokens: int | None, remat: str, optimizer: 
             b.scale = at_rest
     classify(program, marks.get("backward"))
     return StepRecording(program, step, params, shares, ready.experts, marks,
-                         _units(model, rec))
+                         _units(model, rec), _gathered(plan, model, rec))
 
 
 def measure_peak(plan, task: str = "forward", *, remat: str | None = None,
@@ -308,6 +309,16 @@ def measure_peak(plan, task: str = "forward", *, remat: str | None = None,
     run_step(ready.model, ready.step, task, ready.optimizer)
     torch.accelerator.synchronize()
     return torch.accelerator.max_memory_allocated() - before
+
+
+#: Tensor-parallel styles that gather a split matmul's output whole on every chip.
+GATHERING = {"colwise_rep", "colwise_gather_output"}
+
+
+def _gathered(plan, model: torch.nn.Module, rec: Recorder) -> frozenset[int]:
+    styles = {n: e.style for e in plan.layout.entries for n in (e.name, *e.aliases)}
+    return frozenset(rec.value_of(p) for n, p in model.named_parameters(remove_duplicate=False)
+                     if styles.get(n) in GATHERING)
 
 
 def _units(model: torch.nn.Module, rec: Recorder) -> list[tuple[int, ...]]:
@@ -449,7 +460,7 @@ def estimate_plan(plan, task: str = "forward", *, mode: str = "compiled",
             r.scale = 1 / plan.fsdp
     spans = _fsdp_spans(plan, recording)
     if plan.chips > 1:
-        program = split(program, plan.chips, chip)
+        program = split(program, plan.chips, chip, recording.gathered)
     weight_bytes = sum(p.numel() * p.element_size() * shares.get(id(p), 1.0) for p in params)
     program = Program(program.records + _collectives(plan, task, weight_bytes), program.values,
                       program.buffers)
