@@ -2,9 +2,8 @@
 
     python benchmarks/bench_import.py [--baseline REV] [--repeats N]
 
-The baseline's ``tpu_lab/`` is taken from git (``git archive REV``, default: the revision before
-the packages were put in layers) into a temporary folder, with this checkout's compiled device
-core beside it (its sources are the same, so neither copy builds one). Each run is a fresh
+The baseline's ``tpu_lab/`` is taken from git (``_revisions.checkout``, default: the revision
+before the packages were put in layers) into a temporary folder. Each run is a fresh
 ``python -X importtime -c "import tpu_lab"`` with PyTorch's device-backend autoload off (so that
 the installed tpu_lab is not loaded first) and the copy first on ``PYTHONPATH``; the two are
 interleaved and the medians compared: the whole import (torch included) and tpu_lab's own
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -23,21 +21,10 @@ import tempfile
 from pathlib import Path
 
 from _record import quick, record
+from _revisions import ROOT, checkout
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 #: The last revision before the layers (issue 39).
 BEFORE_LAYERS = "f8cbd62"
-
-
-def _checkout(revision: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "archive", revision, "tpu_lab"], cwd=ROOT, check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    built = ROOT / "tpu_lab" / "device" / "core" / "_build"
-    if built.exists():
-        shutil.copytree(built, into / "tpu_lab" / "device" / "core" / "_build")
-    return into
 
 
 def _import_times(path: Path) -> tuple[float, float]:
@@ -67,7 +54,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 repeats")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        before = _checkout(args.baseline, Path(tmp))
+        before = checkout(args.baseline, Path(tmp))
         times: dict[str, list[tuple[float, float]]] = {"before": [], "now": []}
         for _ in range(args.repeats):
             times["before"].append(_import_times(before))

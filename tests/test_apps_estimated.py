@@ -45,6 +45,31 @@ def test_a_request_is_its_parts_and_repeats_cost_look_ups(pipe, monkeypatch):
     assert request(4, mode="eager").seconds > four.seconds and len(planned) == 3
 
 
+def test_the_panel_shows_the_steps_peak_hbm_as_the_plan_does(pipe):
+    from diffusers import AutoencoderKL
+
+    from tpu_lab.units import format_bytes
+
+    estimated._KEPT.clear()
+    with torch.device("meta"):
+        vae = AutoencoderKL(block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
+                            latent_channels=4, down_block_types=("DownEncoderBlock2D",) * 2,
+                            up_block_types=("UpDecoderBlock2D",) * 2)
+    both = types.SimpleNamespace(unet=pipe.unet, vae=vae)
+    calls = [Call("UNet", "unet", 4, 2, image_size=(64, 64)),
+             Call("VAE", "vae", 1, 2, image_size=(64, 64))]
+    result = estimate_request(both, calls, chips=1, mode="eager", items=2, unit="image")
+    one = {name: tpu_lab.sharding.plan({"_class_name": type(m).__name__, **m.config}, chips=1,
+                                       batch=2, image_size=(64, 64)).estimate(
+                                           "forward", mode="eager").memory
+           for name, m in (("unet", pipe.unet), ("vae", vae))}
+    weights = sum(m.of("weights") for m in one.values())
+    extra = max(m.peak_bytes - m.of("weights") for m in one.values())
+    assert result.peak_hbm_bytes == pytest.approx(weights + extra)
+    assert result.text().endswith(f"; peak HBM {format_bytes(int(weights + extra))} per chip")
+    assert result.to_dict()["peak_hbm_bytes_per_chip"] == result.peak_hbm_bytes
+
+
 def test_a_model_without_estimates_is_named_not_raised():
     from diffusers import UNet1DModel
 

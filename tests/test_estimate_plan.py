@@ -8,14 +8,14 @@ import copy
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, MixtralConfig
 
+from _counted import counter
 from tpu_lab.errors import ShardingError
 from tpu_lab.models import TINY_LLAMA
 from tpu_lab.sharding import plan
 from tpu_lab.sharding.meta_run import FusedAttention
-from tpu_lab.sharding.step_estimate import _model
+from tpu_lab.sharding.step_estimate import step_model
 from tpu_lab.sharding.step_inputs import language_step
 
 BF16 = torch.bfloat16
@@ -57,11 +57,11 @@ def _kinds(e) -> dict[str, int]:
 def test_a_forward_counts_the_flops_pytorchs_counter_counts_on_the_same_model():
     p = plan(LlamaConfig(**LLAMA4), chips=1, batch=2, seq=64, dtype=BF16)
     e = p.estimate("forward")
-    model = _model(p)
+    model = step_model(p.obj, BF16)
     step = language_step(model, "forward", 2, 64, BF16)
-    with torch.no_grad(), FusedAttention(), FlopCounterMode(display=False) as counter:
+    with torch.no_grad(), FusedAttention(), counter() as counted:
         step.call(model)
-    assert e.flops == counter.get_total_flops()
+    assert e.flops == counted.get_total_flops()
     assert (e.items, e.unit, e.mode, e.chips) == (128, "tokens", "compiled", 1)
     assert e.label == "estimate of an idealised chip"
 
@@ -88,7 +88,7 @@ def test_decode_reads_the_static_cache_and_each_sequence_makes_one_token():
         LLAMA4["hidden_size"] // LLAMA4["num_attention_heads"]) * 2
     attention = sum(o.hbm_bytes for o in e.ops if "attention" in o.name)
     assert attention >= cache  # every step reads the whole cache
-    assert "fits in HBM: weights and the activation estimate" in e.verdict
+    assert e.verdict.startswith("fits in HBM: peak ") and e.memory.of("KV cache") == cache
 
 
 def test_fsdp_and_data_parallelism_add_their_collectives_and_split_the_batch():
@@ -154,7 +154,9 @@ def test_the_verdict_says_when_a_plan_does_not_fit_and_the_config_is_left_as_it_
                       num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8)
     before = copy.deepcopy(cfg.to_dict())
     e = plan(cfg, chips=1, generation="v5e", batch=1, seq=128, dtype=BF16).estimate("train")
-    assert e.verdict.startswith("does NOT fit in HBM: weights, gradients and AdamW's moments")
+    assert e.verdict.startswith("does NOT fit in HBM: peak ") and not e.fits
+    assert e.memory.of("optimizer state") == pytest.approx(2 * e.memory.of("weights"), rel=1e-6)
+    assert e.peak_hbm_bytes > 16 << 30 == e.hbm_capacity
     assert cfg.to_dict() == before  # the estimate ran on a copy with its own attention
 
 

@@ -496,7 +496,7 @@ def test_plan_passes_the_arguments(shell, fakes, tmp_path):
     run(shell, "%tpu plan config --chips 4 --generation v6e --batch 2 --seq 128 --dtype bfloat16")
     run(shell, "%tpu plan config")
     run(shell, f"%tpu plan {tmp_path}")
-    none = {"image_size": None, "frames": None}
+    none = {"image_size": None, "frames": None, "remat": "none", "optimizer": "adamw"}
     assert [c for c in fakes if c[0] == "plan"] == [
         ("plan", (config,), {"chips": 4, "generation": "v6e", "batch": 2, "seq": 128,
                              "dtype": torch.bfloat16, **none}),
@@ -523,8 +523,8 @@ def test_plan_estimates_a_step_when_it_has_one(shell, fakes):
     assert fakes[0][2]["image_size"] == (1024, 768) and fakes[0][2]["frames"] == 9
     assert estimates("--image-size 512")[0] == [("forward",)]
     assert fakes[0][2]["image_size"] == (512, 512)
-    assert estimates("--batch 2 --seq 8 --estimate none") == ([], [None])
-    assert estimates("") == ([], [None])
+    assert estimates("--batch 2 --seq 8 --estimate none") == ([], [False])
+    assert estimates("") == ([], [False])
 
 
 def test_plan_estimate_errors(shell, fakes):
@@ -652,6 +652,7 @@ def test_completions_of_a_line():
     assert completions("%tpu events --cell 3 --") == ["--kind", "--last", "--help"]
     assert completions("%tpu plan cfg --chips 4 --") == [
         "--generation", "--batch", "--seq", "--image-size", "--frames", "--dtype", "--estimate",
+        "--mode", "--remat", "--optimizer", "--max-batch",
         "--help"]  # fmt: skip
     assert completions("%tpu plan ", ["cfg", "_x"]) == ["cfg"]
     assert completions("%tpu plan cfg ", ["cfg"]) == []
@@ -709,3 +710,25 @@ def test_plan_shows_the_estimate_of_its_step(shell):
         "FluxTransformer2DModel does not decode tokens; estimate 'forward' (one denoising step) "
         "or 'train'."
     )
+
+
+def test_plan_finds_the_largest_batch_and_refuses_a_bad_step(shell):
+    from transformers import LlamaConfig
+
+    shell.user_ns["llama"] = LlamaConfig(hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=4, vocab_size=256)
+    _, _, (bundle,), _ = run(shell, "%tpu plan llama --chips 1 --generation v5e --seq 32 "
+                                    "--max-batch --remat full")
+    text = bundle["text/plain"]
+    assert " ".join(text.split()).startswith(
+        "Largest batch that fits in HBM (estimate of an idealised chip, not a measurement): "
+        "LlamaForCausalLM train, seq 32")
+    lines = text.splitlines()
+    assert [line.split()[0] for line in lines if line.startswith("  ")][-2:] == ["remat", "full"]
+    assert usage_error(shell, "plan llama --chips 1 --batch 0 --seq 32") == (
+        "batch must be a positive whole number, got 0: sequences (or images) per step, e.g. "
+        "batch=8.")
+    assert usage_error(shell, "plan llama --chips 1 --max-batch").startswith(
+        "%tpu plan: --max-batch needs the length of a step: give --seq (or --image-size for an "
+        "image model)\n")

@@ -14,7 +14,9 @@ from tpu_lab.errors import ShardingError
 from tpu_lab.models import TINY_LLAMA
 from tpu_lab.sharding import plan, simulate
 from tpu_lab.sharding.info import REPLICATE, Split, layout_info, model_layout, shard
+from tpu_lab.units import format_bytes
 from tpu_lab.views import figure
+from tpu_lab.views.estimate import seconds_text
 from tpu_lab.views.sharding import (
     CHIP_COLORS,
     LayoutView,
@@ -88,33 +90,47 @@ LlamaForCausalLM on 4 chips (mesh tp=4): 23 tensors, 449.31 KiB unsharded,
 
 def test_hbm_bars_against_capacity():
     gib = 1 << 30
-    bars = PlanMemoryView((10 * gib, 2 * gib, 15 * gib), (6 * gib, 6 * gib, 6 * gib), 16 * gib,
-                      "HBM, TPU v5e")
+    bars = PlanMemoryView([(("weights", 10 * gib), ("activations saved for backward", 6 * gib)),
+                           (("weights", 2 * gib), ("temporaries", 6 * gib)),
+                           (("weights", 15 * gib), ("optimizer state", 6 * gib))],
+                          16 * gib, "HBM, TPU v5e", note="at the peak")
     assert bars.to_text(80) == """\
-HBM, TPU v5e: 16.00 GiB per chip (█ weights, ▒ activations, ░ free)
-  chip 0  │███████████████▒▒▒▒▒▒▒▒▒│ 16.00 GiB (100%)
-  chip 1  │███▒▒▒▒▒▒▒▒▒░░░░░░░░░░░░│ 8.00 GiB (50%)
+HBM, TPU v5e: 16.00 GiB per chip
+  █ weights, ▚ activations saved for backward, ░ temporaries, ▒ optimizer state,
+  · free
+  at the peak
+  chip 0  │███████████████▚▚▚▚▚▚▚▚▚│ 16.00 GiB (100%)
+  chip 1  │███░░░░░░░░░············│ 8.00 GiB (50%)
   chip 2  │██████████████████████▒▒│ 21.00 GiB (131%) OVER"""
-    assert "#dc2626" in bars.to_html()  # the chip over capacity is drawn red
+    assert "#dc2626" in bars.to_html()  # the chip over capacity is outlined red
 
 
 def test_plan_text(tiny_plan):
-    assert view(tiny_plan).to_text(80).splitlines()[:14] == [
+    estimate = tiny_plan.estimate("forward")
+    peak = format_bytes(int(estimate.peak_hbm_bytes))
+    assert view(tiny_plan).to_text(80).splitlines()[:17] == [
         "Plan: LlamaForCausalLM (config), tensor parallel over 4 chips of TPU v6e",
         "  (v6e-4), f32 weights",
-        "fits: up to 189.31 KiB of 32.00 GiB HBM per chip",
+        f"fits in HBM: peak {peak} of 32.00 GiB per chip (estimate, compiled), forward",
+        "  step",
+        f"at the peak ({estimate.memory.at}): weights 113.31 KiB, temporaries "
+        f"{format_bytes(int(estimate.memory.of('temporaries')))}, inputs 256 B",
         "weights: 113.31 KiB per chip (449.31 KiB unsharded)",
-        "activations (estimate, batch 2 x seq 16): 76.00 KiB per chip = residual stream",
-        "  24.00 KiB, MLP (one layer) 12.00 KiB, KV cache 8.00 KiB, logits (float32)",
-        "  32.00 KiB",
-        "note: activations are an estimate (one forward; eager attention scores), not a",
-        "  measurement",
-        "HBM, TPU v6e: 32.00 GiB per chip (█ weights, ▒ activations, ░ free)",
-        "  chip 0  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
-        "  chip 1  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
-        "  chip 2  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
-        "  chip 3  │░░░░░░░░░░░░░░░░░░░░░░░░│ 189.31 KiB (<1%)",
+        "Estimated TPU time (estimate of an idealised chip, not a measurement):",
+        "  LlamaForCausalLM forward: batch 2 x seq 16 on 4 x TPU v6e (Trillium) (tp 4)",
+        f"{seconds_text(estimate.seconds)} on TPU v6e (Trillium) (compiled), "
+        f"{estimate.bound}-bound; {estimate.throughput:,.0f} tokens/s on",
+        "  all chips",
+        "HBM, TPU v6e: 32.00 GiB per chip",
+        "  █ weights, ░ temporaries, ▪ inputs, · free",
+        "  at the estimated peak of the forward step (compiled), at "
+        f"{estimate.memory.at}: an",
+        "  estimate, not a measurement",
+        f"  chip 0  │························│ {peak} (<1%)",
+        f"  chip 1  │························│ {peak} (<1%)",
+        f"  chip 2  │························│ {peak} (<1%)",
     ]
+    assert format_bytes(int(sum(n for _, n in estimate.memory.breakdown))) == peak
     bundle = view(tiny_plan)._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}
     assert tpu_lab.view(tiny_plan).to_text(80) == view(tiny_plan).to_text(80)
@@ -142,10 +158,10 @@ def test_view_dispatches_on_what_it_is_given(tiny_plan):
     assert view(tiny_plan.layout["lm_head.weight"].info, name="head").name == "head"
     with pytest.raises(ShardingError, match="Cannot draw the sharding of a dict"):
         view({})
-    estimate = tiny_plan.estimate("forward")
+    estimate = tiny_plan.estimate("train")
     with_estimate = view(tiny_plan, estimate=estimate)
-    assert with_estimate.estimate is estimate and drawn.estimate is None
-    assert with_estimate.to_text(200).splitlines()[:4] == drawn.to_text(200).splitlines()[:4]
+    assert with_estimate.estimate is estimate and drawn.estimate.task == "forward"
+    assert with_estimate.to_text(200).splitlines()[1].endswith("train step")
     with pytest.raises(ShardingError, match="^estimate= goes with a Plan, not a ModelLayout.$"):
         view(tiny_plan.layout, estimate=estimate)
     # tpu_lab.view draws tensors and modules as their sharding too, and a plan with its step
@@ -180,6 +196,9 @@ def test_figures_of_a_plan_a_run_and_a_tensor(tiny_plan):
         png = io.BytesIO()
         fig.savefig(png, format="png")
         assert png.getvalue().startswith(b"\x89PNG")
-    mesh_axis = figure(tiny_plan).axes[0]
-    assert [t.get_text() for t in mesh_axis.texts][:2] == ["chip 0\n189.31 KiB",
-                                                           "chip 1\n189.31 KiB"]
+    mesh_axis = figure(tiny_plan).axes[0]  # the weights at rest
+    assert [t.get_text() for t in mesh_axis.texts][:2] == ["chip 0\n113.31 KiB",
+                                                           "chip 1\n113.31 KiB"]
+    peak = format_bytes(int(tiny_plan.estimate("train").peak_hbm_bytes))
+    at_peak = figure(tiny_plan, estimate=tiny_plan.estimate("train")).axes[0]
+    assert [t.get_text() for t in at_peak.texts][0] == f"chip 0\n{peak}"

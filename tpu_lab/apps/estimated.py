@@ -51,14 +51,18 @@ class Call:
 
 @dataclass(frozen=True)
 class Part:
-    """One part of the request: its model's class, how many calls, each call's estimated time
-    and what bounds it."""
+    """One part of the request: its model's class (the pipeline's ``component``), how many
+    calls, each call's estimated time and what bounds it, one call's estimated peak HBM per
+    chip and the weights among it."""
 
     name: str
     model: str
     calls: int
     seconds_per_call: float
     bound: str
+    component: str = ""
+    peak_bytes: float = 0.0
+    weight_bytes: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -86,6 +90,13 @@ class RequestEstimate:
         return self.seconds / self.items
 
     @property
+    def peak_hbm_bytes(self) -> float:
+        """One chip's estimated peak over the request: the weights of every model it runs
+        (a pipeline keeps them all on the chip), and the most any one call adds to its own."""
+        weights = {p.component: p.weight_bytes for p in self.parts}
+        return sum(weights.values()) + max(p.peak_bytes - p.weight_bytes for p in self.parts)
+
+    @property
     def label(self) -> str:
         return f"estimated on an idealised TPU {self.generation} (not a measurement)"
 
@@ -96,12 +107,15 @@ class RequestEstimate:
             "mode": self.mode,
             f"seconds_per_{self.unit}": self.per_item,
             "seconds": self.seconds,
+            "peak_hbm_bytes_per_chip": self.peak_hbm_bytes,
             "parts": [{"part": p.name, "model": p.model, "calls": p.calls,
                        "seconds": p.seconds, "bound": p.bound} for p in self.parts],
         }  # fmt: skip
 
     def text(self) -> str:
-        """One line: the time per item, the label, the chips, then each part."""
+        """One line: the time per item, the label, the chips, then each part, and the peak
+        HBM per chip."""
+        from ..units import format_bytes
         from ..views.estimate import seconds_text
 
         chips = f"{self.chips} chip" + ("s, tensor parallel" if self.chips > 1 else "")
@@ -110,7 +124,8 @@ class RequestEstimate:
             for p in self.parts
         )
         return (f"TPU time: {seconds_text(self.per_item)} per {self.unit}, {self.label}, on "
-                f"{chips}, {self.mode}: {parts}")  # fmt: skip
+                f"{chips}, {self.mode}: {parts}; peak HBM "
+                f"{format_bytes(int(self.peak_hbm_bytes))} per chip")  # fmt: skip
 
 
 def engine_size(size: int, vae_scale_factor: int) -> tuple[int, int]:
@@ -145,9 +160,10 @@ def _text(config) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
-def _one(config, call: Call, chips: int, generation: str, mode: str) -> tuple[float, str]:
-    """(seconds, bound) of one ``call`` on ``chips`` chips in ``mode`` (kept; see the module's
-    text)."""
+def _one(config, call: Call, chips: int, generation: str, mode: str
+         ) -> tuple[float, str, float, float]:
+    """(seconds, bound, peak HBM per chip, weights per chip) of one ``call`` on ``chips`` chips
+    in ``mode`` (kept; see the module's text)."""
     from ..sharding import plan
 
     key = (_text(config), generation, chips, mode, call.batch, call.seq, call.image_size,
@@ -156,7 +172,7 @@ def _one(config, call: Call, chips: int, generation: str, mode: str) -> tuple[fl
         p = plan(config, chips=chips, generation=generation, batch=call.batch, seq=call.seq,
                  tp_plan=call.tp_plan, image_size=call.image_size, frames=call.frames)
         e = p.estimate("forward", mode=mode, text_tokens=call.text_tokens)
-        _KEPT[key] = (e.seconds, e.bound)
+        _KEPT[key] = (e.seconds, e.bound, e.peak_hbm_bytes, e.memory.of("weights"))
         if len(_KEPT) > _KEEP:
             _KEPT.popitem(last=False)
     _KEPT.move_to_end(key)
@@ -189,9 +205,10 @@ def estimate_request(pipe, calls: list[Call], *, chips: int, mode: str, items: i
     for call in calls:
         module = getattr(pipe, call.component)
         try:
-            seconds, bound = _one(_config(module), call, chips if call.split else 1, generation,
-                                  mode)
+            seconds, bound, peak, weights = _one(_config(module), call,
+                                                 chips if call.split else 1, generation, mode)
         except ShardingError as exc:
             return Unestimated(str(exc))
-        parts.append(Part(call.part, type(module).__name__, call.calls, seconds, bound))
+        parts.append(Part(call.part, type(module).__name__, call.calls, seconds, bound,
+                          call.component, peak, weights))
     return RequestEstimate(generation, chips, mode, items, unit, tuple(parts))

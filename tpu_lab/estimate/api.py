@@ -17,6 +17,7 @@ from ..errors import TpuLabError
 from ..hardware.chips import CHIPS, Chip
 from .assumed import assumptions, version
 from .graph import cost, eager_op
+from .memory import classify
 from .ops import OpSignature, is_view, op_numbers
 from .result import Estimate, OpCost
 from .trace import Recorder, from_graph, is_aten_graph, to_aten
@@ -67,10 +68,12 @@ def estimate(fn, *args, on: str | Chip = "v6e", chips: int = 1, mode: str = "com
              title: str = "", **kwargs) -> Estimate:
     """Run ``fn(*args, **kwargs)`` once (on whatever tensors it gets: meta tensors cost
     nothing to run) and estimate its ops on one ``on`` chip: op by op (``mode="eager"``) or
-    as one fused graph ("fuse", "compiled")."""
+    as one fused graph ("fuse", "compiled"); with its peak HBM (``.memory``: the tensors that
+    existed before as inputs, what it makes as temporaries)."""
     rec = Recorder()
     with rec:
         fn(*args, **kwargs)
+    classify(rec.program, None)
     name = title or getattr(fn, "__name__", type(fn).__name__)
     return cost(rec.program, chip(on), mode, chips=chips, title=name)
 

@@ -36,6 +36,7 @@ from ..hardware.chips import Chip
 from .assumed import Assumptions, assumptions
 from .collectives import functional_kind, ring_bytes
 from .collectives import seconds as collective_seconds
+from .memory import Span, compiled_lives, eager_lives, peak
 from .ops import OpNumbers, OpSignature, is_data_movement, is_update, is_view, op_numbers
 from .result import Estimate, OpCost, merged
 from .trace import Program
@@ -47,7 +48,7 @@ def _short(name: str) -> str:
     return name.split(".", 1)[-1]
 
 
-class _Costing:
+class Costing:
     """The bookkeeping both modes share: each record's numbers scaled to one chip."""
 
     def __init__(self, program: Program, chip: Chip, a: Assumptions, chips: int) -> None:
@@ -120,7 +121,7 @@ def _collective_op(kind: str, ici: float, dcn: float, seconds: float, chip: Chip
                      dcn_bytes=dcn, collective_seconds=seconds, launch_seconds=launch)
 
 
-def _eager(c: _Costing) -> list[OpCost]:
+def _eager(c: Costing) -> list[OpCost]:
     out = []
     for i, r in enumerate(c.p.records):
         coll = c.collective(i)
@@ -135,10 +136,10 @@ def _eager(c: _Costing) -> list[OpCost]:
     return out
 
 
-class _Fusions:
+class Fusions:
     """Records cut into fusions (see the module's docstring)."""
 
-    def __init__(self, c: _Costing) -> None:
+    def __init__(self, c: Costing) -> None:
         self.c = c
         recs = c.p.records
         self.producer: dict[int, int] = {}
@@ -219,6 +220,20 @@ class _Fusions:
         outside = {u for v in made for u in self.readers[v] if self.find(u) != g}
         return bool(outside) and all(self.kind[u] == "matmul" for u in outside)
 
+    def materialized(self, v: int) -> bool:
+        """Whether value ``v`` is written to HBM: a graph's result, or read outside the
+        fusion that made it (not what a fusion keeps on chip, nor what a matmul writes
+        straight into a data fusion, nor a data fusion that matmuls read through)."""
+        b = self.c.base(v)
+        p = self.producer.get(b)
+        if p is None:
+            return True
+        g = self.find(p)
+        if b in self.on_chip or g in self.absorbed:
+            return False
+        users = self.readers[b]
+        return not users or any(self.find(u) != g for u in users)
+
     def external_reads(self, g: int) -> float:
         """Bytes fusion ``g`` reads from HBM (each outside value once)."""
         c, made, seen, total = self.c, self.produced(g), set(), 0.0
@@ -249,15 +264,15 @@ class _Fusions:
         return total
 
 
-def _name(c: _Costing, members: list[int]) -> str:
+def _name(c: Costing, members: list[int]) -> str:
     names = Counter(_short(c.p.records[m].sig.name) for m in members)
     top = ", ".join(n for n, _ in names.most_common(3))
     more = f", +{len(names) - 3}" if len(names) > 3 else ""
     return f"fusion({top}{more})"
 
 
-def _fused(c: _Costing) -> tuple[list[OpCost], list[OpCost]]:
-    f = _Fusions(c)
+def _fused(c: Costing) -> tuple[list[OpCost], list[OpCost], Fusions]:
+    f = Fusions(c)
     bw = c.chip.hbm_bandwidth
     ops, colls = [], []
     for g, ms in sorted(f.members.items()):
@@ -275,20 +290,22 @@ def _fused(c: _Costing) -> tuple[list[OpCost], list[OpCost]]:
     for i, k in enumerate(f.kind):
         if k == "collective":
             colls.append(_collective_op(*c.collective(i), c.chip, 0.0))
-    return ops, colls
+    return ops, colls, f
 
 
 def cost(program: Program, chip: Chip, mode: str = "compiled", *, chips: int = 1,
          title: str = "", items: float = 0.0, unit: str = "", notes: tuple[str, ...] = (),
-         verdict: str = "") -> Estimate:
+         spans: tuple[Span, ...] = (), memory_notes: tuple[str, ...] = ()) -> Estimate:
     """The :class:`Estimate` of ``program`` on one chip of ``chips`` ``chip`` chips, run in
-    ``mode`` ("eager": op by op; "fuse" or "compiled": one fused graph)."""
+    ``mode`` ("eager": op by op; "fuse" or "compiled": one fused graph). A recorded program
+    (one with buffers) also gets its peak HBM (:mod:`tpu_lab.estimate.memory`; ``spans``:
+    bytes held over ranges of its ops, ``memory_notes``: what that peak assumes)."""
     from ..errors import TpuLabError
 
     if mode not in MODES:
         raise TpuLabError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
     a = assumptions()
-    c = _Costing(program, chip, a, chips)
+    c = Costing(program, chip, a, chips)
     if mode == "eager":
         costs = _eager(c)
         busy = sum(o.busy_seconds for o in costs)
@@ -297,7 +314,7 @@ def cost(program: Program, chip: Chip, mode: str = "compiled", *, chips: int = 1
         coll_time = sum(o.collective_seconds for o in costs if o.kind == "collective")
         work = [o for o in costs if o.kind != "collective"]
     else:
-        work, colls = _fused(c)
+        work, colls, fusions = _fused(c)
         launch = a.graph_launch_seconds
         coll_time = sum(o.collective_seconds for o in colls)
         busy = sum(o.busy_seconds for o in work)
@@ -313,6 +330,10 @@ def cost(program: Program, chip: Chip, mode: str = "compiled", *, chips: int = 1
     total = {f: sum(getattr(o, f) for o in costs) for f in (
         "flops", "padded_flops", "hbm_bytes", "ici_bytes", "dcn_bytes", "compute_seconds",
         "memory_seconds")}
+    memory = None
+    if program.buffers:
+        lives = eager_lives(program) if mode == "eager" else compiled_lives(program, fusions)
+        memory = peak(program, lives, mode, spans=spans, notes=memory_notes)
     return Estimate(
         title=title, chip=chip, chips=chips, mode=mode, seconds=seconds,
         flops=total["flops"], padded_flops=total["padded_flops"], hbm_bytes=total["hbm_bytes"],
@@ -320,5 +341,5 @@ def cost(program: Program, chip: Chip, mode: str = "compiled", *, chips: int = 1
         compute_seconds=total["compute_seconds"], memory_seconds=total["memory_seconds"],
         collective_seconds=coll_time, launch_seconds=launch,
         bound=max(shares, key=shares.get), ops=merged(costs), items=items, unit=unit,
-        notes=notes, verdict=verdict,
+        notes=notes, memory=memory,
     )

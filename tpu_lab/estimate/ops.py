@@ -195,10 +195,26 @@ def flops(sig: OpSignature) -> int:
     if formula is None:
         return 0
     kwargs = dict(sig.kwargs)
-    outs = sig.outputs[0] if len(sig.outputs) == 1 else sig.outputs
+    outs = _masked(sig, kwargs)
+    if outs is None:
+        outs = sig.outputs[0] if len(sig.outputs) == 1 else sig.outputs
     if hasattr(formula, "__wrapped__"):  # shape_wrapper: shapes in, out_shape
         return int(formula(*_shapes(sig.args), **_shapes(kwargs), out_val=_shapes(outs)))
     return int(formula(*_raw(sig.args), **_raw(kwargs), out_val=_raw(outs)))
+
+
+def _masked(sig: OpSignature, kwargs: dict) -> tuple | None:
+    """The results of an op that makes only those its ``output_mask`` asks for (a
+    convolution's backward), each in its place, None where not made: how the formulas read
+    them (a signature lists only the tensors an op made). None for other ops."""
+    schema = getattr(sig.func, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if "output_mask" not in names:
+        return None
+    at = names.index("output_mask")
+    mask = sig.args[at] if at < len(sig.args) else kwargs.get("output_mask")
+    made = iter(sig.outputs)
+    return tuple(next(made, None) if wanted else None for wanted in mask)
 
 
 def _mm(a, b) -> list[tuple[int, int, int, int]]:

@@ -8,6 +8,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..hardware.chips import Chip
+from ..units import format_bytes
+from .memory import Memory
 
 #: How every estimate is labelled wherever it is shown.
 LABEL = "estimate of an idealised chip"
@@ -107,9 +109,35 @@ class Estimate:
     items: float = 0.0
     unit: str = ""
     notes: tuple[str, ...] = ()
-    verdict: str = ""
+    memory: Memory | None = None
+    task: str = ""  # a model's step: "forward", "train" or "decode" ("" for other programs)
 
     label = LABEL
+
+    @property
+    def peak_hbm_bytes(self) -> float | None:
+        """The most HBM one chip holds while the program runs (an estimate: see
+        :mod:`tpu_lab.estimate.memory`); None where the program was not recorded running."""
+        return None if self.memory is None else self.memory.peak_bytes
+
+    @property
+    def hbm_capacity(self) -> int:
+        """One chip's HBM (one device's, where a chip shows as two)."""
+        return self.chip.hbm_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the peak fits in one chip's HBM; None without a peak."""
+        return None if self.memory is None else self.memory.peak_bytes <= self.hbm_capacity
+
+    @property
+    def verdict(self) -> str:
+        """``'fits in HBM: peak 3.21 GiB of 32.00 GiB per chip (estimate, compiled)'``."""
+        if self.memory is None:
+            return ""
+        fits = "fits in HBM" if self.fits else "does NOT fit in HBM"
+        return (f"{fits}: peak {format_bytes(int(self.memory.peak_bytes))} of "
+                f"{format_bytes(self.hbm_capacity)} per chip (estimate, {self.memory.mode})")
 
     @property
     def idealised_chip(self) -> str:

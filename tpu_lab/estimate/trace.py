@@ -1,15 +1,21 @@
-"""A program as an estimate reads it: the ops in order, and which tensor each one reads and
-writes (so that a fused graph can tell intermediates from traffic).
+"""A program as an estimate reads it: the ops in order, which tensor each one reads and writes
+(so that a fused graph can tell intermediates from traffic), and, when it was run, the memory
+each tensor lived in (so that its peak HBM can be worked out).
 
 :class:`Recorder` is a dispatch mode that records every aten op run under it (on meta, fake or
 real tensors). :func:`from_graph` reads the same from an FX graph's ``node.meta["val"]``.
 Values are numbered; an op that writes a tensor in place makes a new value; a view is a value
-whose ``base`` is the value it looks into.
+whose ``base`` is the value it looks into. A recorder also keeps the program's
+:class:`Buffer` s: each storage a tensor lived in (what a device allocates), the op that made it
+and the op before which it was freed, seen as the run let go of it (a storage is freed when its
+last tensor is, as on the device).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -28,6 +34,7 @@ class Value:
     base: int
     share: float = 1.0
     partial: bool = False  # a sum of per-chip parts until an all-reduce
+    buffer: int = -1  # the program's Buffer it lives in (-1: not known, a graph's value)
 
     @property
     def nbytes(self) -> int:
@@ -50,11 +57,30 @@ class Record:
 
 
 @dataclass
+class Buffer:
+    """One storage of a recorded run: ``nbytes``, the record that made it (``made``; -1: it
+    existed before the recording began), the record before which it was freed (``freed``;
+    None: alive at the end), the value it was first seen as, and what it holds (``kind``:
+    "weights", "gradients", "optimizer state", "KV cache", "inputs" as the caller says, ""
+    until :mod:`tpu_lab.estimate.memory` classifies it). One chip holds the value's share of
+    it, times ``scale``."""
+
+    nbytes: int
+    made: int
+    value: int
+    freed: int | None = None
+    kind: str = ""
+    scale: float = 1.0  # of the value's share, what one chip holds of it (FSDP: 1/fsdp)
+
+
+@dataclass
 class Program:
-    """Ops in program order and the values they read and write."""
+    """Ops in program order, the values they read and write, and (for a recorded run) the
+    buffers those values lived in."""
 
     records: list[Record] = field(default_factory=list)
     values: dict[int, Value] = field(default_factory=dict)
+    buffers: list[Buffer] = field(default_factory=list)
 
     def new_value(self, s: TensorSpec, base: int | None = None) -> int:
         vid = len(self.values)
@@ -66,38 +92,77 @@ def tensor_leaves(args: tuple, kwargs: dict | None) -> list[torch.Tensor]:
     """The tensors among an op's arguments, in the order :class:`OpSignature` lists them
     (positional arguments depth first, then keyword arguments by name)."""
     out: list[torch.Tensor] = []
-
-    def walk(x) -> None:
-        if isinstance(x, torch.Tensor):
-            out.append(x)
-        elif isinstance(x, (list, tuple)):
-            for i in x:
-                walk(i)
-
-    walk(args)
+    _collect(args, out)
     for _, v in sorted((kwargs or {}).items()):
-        walk(v)
+        _collect(v, out)
     return out
 
 
+def _collect(x, out: list[torch.Tensor]) -> None:
+    """The tensors in ``x`` (nested lists and tuples), depth first, into ``out`` (a plain
+    function: a closure that calls itself is a reference cycle, which would keep the tensors
+    alive past their last use until the garbage collector runs)."""
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for i in x:
+            _collect(i, out)
+
+
 class Recorder(TorchDispatchMode):
-    """Records every aten op run inside it into its ``program`` (the tensors it saw are kept
-    alive until the recorder is dropped, so that their identities stay unique)."""
+    """Records every aten op run inside it into its ``program``, and the storage each tensor
+    lives in (:class:`Buffer`): a storage is freed when its last tensor is, and the recorder
+    holds no tensor, so each buffer's life is the run's own."""
 
     def __init__(self) -> None:
         super().__init__()
         self.program = Program()
-        self._ids: dict[int, int] = {}
-        self._alive: list[torch.Tensor] = []
+        #: id(tensor) -> (a weak reference to it, its value); a dead tensor's id may be reused
+        #: by a new one, which the reference tells apart.
+        self._ids: dict[int, tuple[weakref.ref, int]] = {}
+        self._storages: dict[int, tuple[int, weakref.ref]] = {}  # live storage -> buffer
+
+    def hold(self, t: torch.Tensor, kind: str, share: float = 1.0) -> int:
+        """Count ``t`` (which exists before the run: a weight, an optimizer state, the KV
+        cache, an input) as ``kind``, of which one chip holds ``share``; returns its value."""
+        vid = self.value_of(t)
+        self.program.values[vid].share = share
+        buffer = self.program.values[vid].buffer
+        if buffer >= 0 and not self.program.buffers[buffer].kind:
+            self.program.buffers[buffer].kind = kind
+        return vid
 
     def value_of(self, t: torch.Tensor) -> int:
         """The value ``t`` holds now (a new input value the first time it is seen)."""
-        vid = self._ids.get(id(t))
-        if vid is None:
-            vid = self.program.new_value(spec(t))
-            self._ids[id(t)] = vid
-            self._alive.append(t)
+        found = self._ids.get(id(t))
+        if found is not None and found[0]() is t:
+            return found[1]
+        vid = self.program.new_value(spec(t))
+        self._ids[id(t)] = (weakref.ref(t), vid)
+        self._place(t, vid, made=-1)
         return vid
+
+    def _place(self, t: torch.Tensor, vid: int, made: int) -> None:
+        """Note the buffer value ``vid`` (tensor ``t``) lives in: a new one if ``t``'s
+        storage is new (made by record ``made``, or before the run: -1)."""
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage
+            return
+        key = storage._cdata
+        found = self._storages.get(key)
+        if found is None:
+            index = len(self.program.buffers)
+            self.program.buffers.append(Buffer(storage.nbytes(), made, vid))
+            found = self._storages[key] = (
+                index, weakref.ref(storage, functools.partial(self._freed, key, index)))
+        self.program.values[vid].buffer = found[0]
+
+    def _freed(self, key: int, index: int, _ref) -> None:
+        buffer = self.program.buffers[index]
+        if buffer.freed is None:
+            buffer.freed = len(self.program.records)
+        self._storages.pop(key, None)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -107,12 +172,13 @@ class Recorder(TorchDispatchMode):
         ins = tuple(self.value_of(t) for t in tensor_leaves(args, kwargs))
         outs = written(func, args, kwargs, out)
         view = is_view(func)
+        made = len(self.program.records)
         vids = []
         for t in outs:
             base = ins[0] if view and ins else None
             vid = self.program.new_value(spec(t), base)
-            self._ids[id(t)] = vid
-            self._alive.append(t)
+            self._ids[id(t)] = (weakref.ref(t), vid)
+            self._place(t, vid, made)
             vids.append(vid)
         self.program.records.append(Record(signature(func, args, kwargs, out), ins, tuple(vids)))
         return out

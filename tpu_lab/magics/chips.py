@@ -13,6 +13,8 @@ from .table import Arg, subcommand
 
 #: What ``%tpu plan --estimate`` estimates (tpu_lab.sharding.step_estimate.TASKS), or nothing.
 ESTIMATES = ("forward", "train", "decode", "none")
+RUN_MODES = ("eager", "fuse", "compiled")
+REMATS = ("none", "full", "dots")
 
 
 @subcommand(
@@ -56,10 +58,23 @@ def sharding(magics, args, cell):
     Arg(("--dtype",), {"choices": ("float32", "bfloat16", "float16"),
                        "help": "weights' dtype (default: the model's)"}),
     Arg(("--estimate",), {"choices": ESTIMATES,
-                          "help": "the step's estimated time and throughput on an idealised chip "
-                                  "(not a measurement): " + "|".join(ESTIMATES) + " (default: "
-                                  "forward when --batch and --seq or --image-size are given, "
-                                  "else none)"}),
+                          "help": "the step's estimated time, throughput and peak HBM per chip "
+                                  "on an idealised chip (not a measurement): "
+                                  + "|".join(ESTIMATES) + " (default: forward when --batch and "
+                                  "--seq or --image-size are given, else none)"}),
+    Arg(("--mode",), {"choices": RUN_MODES, "default": "compiled",
+                      "help": "how the step runs: eager (op by op), fuse or compiled (one "
+                              "program; default)"}),
+    Arg(("--remat",), {"choices": REMATS,
+                       "help": "activation checkpointing of a training step's blocks: none "
+                               "(default), full (recompute each block), dots (keep matmul "
+                               "results); with --max-batch, default: each"}),
+    Arg(("--optimizer",), {"choices": ("adamw", "sgd"), "default": "adamw",
+                           "help": "a training step's optimizer (default adamw)"}),
+    Arg(("--max-batch",), {"action": "store_true",
+                           "help": "the largest batch that fits in HBM per chip, with each remat "
+                                   "choice (for --estimate's task, train by default; needs "
+                                   "--seq or --image-size)"}),
 )  # fmt: skip
 def plan(magics, args, cell):
     if args.model in magics.shell.user_ns or not os.path.exists(args.model):
@@ -75,8 +90,15 @@ def plan(magics, args, cell):
         generation = generation or current_generation
         chips = chips or current_chips
     step = args.image_size is not None or (args.batch is not None and args.seq is not None)
+    if args.max_batch:
+        if args.seq is None and args.image_size is None:
+            raise error("plan", "--max-batch needs the length of a step: give --seq (or "
+                                "--image-size for an image model)")
+        if args.estimate == "none":
+            raise error("plan", "--max-batch grows the batch of a task: give --estimate "
+                                "forward|train|decode, or leave it out (train)")
     task = args.estimate or ("forward" if step else "none")
-    if task != "none" and not step:
+    if task != "none" and not step and not args.max_batch:
         raise error("plan", f"--estimate {task} needs the work of one step: give --batch and "
                             "--seq (or --image-size for an image model)")
     planning = module("tpu_lab.sharding")
@@ -90,8 +112,15 @@ def plan(magics, args, cell):
             dtype=None if args.dtype is None else getattr(module("torch"), args.dtype),
             image_size=args.image_size,
             frames=args.frames,
+            remat=args.remat or "none",
+            optimizer=args.optimizer,
         )
-        estimate = None if task == "none" else planned.estimate(task)
+        if args.max_batch:
+            limits = planned.max_batch(args.estimate or "train", remat=args.remat,
+                                       mode=args.mode)
+            display(lookup.view(limits))
+            return
+        estimate = False if task == "none" else planned.estimate(task, mode=args.mode)
         display(module("tpu_lab.views.sharding").view(planned, estimate=estimate))
 
 

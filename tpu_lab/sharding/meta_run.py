@@ -1,16 +1,21 @@
 """Running a model on the meta device for an estimate, the way a TPU would run it.
 
 Two parts of a model run differently on the meta device than on a TPU, and are replaced while
-it is recorded (on this model instance only; nothing global is patched):
+it is recorded (on this model instance, or inside a block; nothing global is patched):
 
-- **Attention.** ``scaled_dot_product_attention`` on meta tensors falls back to PyTorch's math
+- **Attention.** ``scaled_dot_product_attention`` on meta tensors always takes PyTorch's math
   path, which writes the whole ``seq x seq`` score matrix to memory. A TPU runs a fused kernel
-  (splash/flash attention) that never does; :class:`FusedAttention` sends the call to
-  ``aten._scaled_dot_product_flash_attention`` (or the memory-efficient kernel when there is a
-  mask), whose FLOPs PyTorch's counter knows. Grouped key/value heads are broadcast to the
-  query heads as an expanded view, so that memory counts the shared heads once. transformers
-  models attend through the same function (:func:`use_fused_attention`), which also spares
-  them a materialised causal mask: a causal kernel computes its mask on chip.
+  (splash/flash attention) that never does; inside :class:`FusedAttention` the call runs the
+  fused kernel the bundled device runs too, as the CPU picks it
+  (``aten._scaled_dot_product_flash_attention_for_cpu``: it keeps the output and one float32
+  log-sum-exp per query for the backward, reads grouped key/value heads as they are, takes a
+  mask), whose FLOPs PyTorch's counter knows; with dropout (attention dropout in training),
+  where the CPU, the bundled device and PyTorch's accelerators other than CUDA have no fused
+  kernel, the math path they run. transformers models attend through the same function
+  (:func:`use_fused_attention`), which also spares them a causal mask (a causal kernel computes
+  its mask on chip) and the mask's data-dependent checks, which meta tensors cannot answer.
+  A torch-function mode does not reach the backward: a checkpointed block enters it again for
+  its recomputation (:func:`tpu_lab.sharding.remat.checkpoint_blocks`' ``run_in``).
 - **Mixture-of-experts.** A router's choice depends on the data, which the meta device does
   not have. :func:`balance_experts` makes every expert module of transformers' MoE models
   (those with stacked ``gate_up_proj``/``down_proj`` weights) process an equal share of the
@@ -30,43 +35,36 @@ from torch.overrides import TorchFunctionMode
 aten = torch.ops.aten
 
 
-def _broadcast_heads(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-    """``kv`` with its heads repeated to ``q``'s as a copy of an expanded view."""
-    hq, hk = q.shape[-3], kv.shape[-3]
-    if hq == hk:
-        return kv
-    b, s, d = kv.shape[0], kv.shape[-2], kv.shape[-1]
-    return kv[:, :, None].expand(b, hk, hq // hk, s, d).reshape(b, hq, s, d)
-
-
 def fused_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                     scale=None, enable_gqa=False):
-    """``scaled_dot_product_attention`` as one fused attention op (see the module doc)."""
-    key, value = _broadcast_heads(query, key), _broadcast_heads(query, value)
-    if attn_mask is None:
-        return aten._scaled_dot_product_flash_attention(
-            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-    if attn_mask.dtype == torch.bool:
+    """``scaled_dot_product_attention`` as the CPU runs it (see the module's docstring): its
+    fused kernel, a boolean mask made additive first as PyTorch does; its math path with
+    dropout."""
+    if dropout_p > 0:
+        return aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+            enable_gqa=enable_gqa)[0]
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
         attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)
-    grad = query.requires_grad and torch.is_grad_enabled()
-    return aten._scaled_dot_product_efficient_attention(
-        query, key, value, attn_mask.expand(*query.shape[:-2], query.shape[-2], key.shape[-2]),
-        grad, dropout_p, is_causal, scale=scale)[0]
+    return aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 
 
-#: The name under which transformers models run :func:`fused_attention` (registered with
-#: transformers' ``AttentionInterface``; a model uses it only when set on that model).
+#: The name under which transformers models attend with :func:`fused_attention` (registered
+#: with transformers' ``AttentionInterface``; a model uses it only when set on that model).
 ATTENTION = "tpu_lab_estimate"
 
 
 def _transformers_attention(module, query, key, value, attention_mask, dropout=0.0,
                             scaling=None, is_causal=None, **kwargs):
-    """transformers' attention-function signature over :func:`fused_attention`: no mask
-    (the name is not a mask-making implementation, so transformers makes none), causal
-    whenever the module is causal and more than one query attends."""
+    """transformers' attention-function signature over :func:`fused_attention`, as its "sdpa"
+    implementation calls it: no mask (the name is not a mask-making implementation, so
+    transformers makes none), causal whenever the module is causal and more than one query
+    attends."""
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     causal = query.shape[2] > 1 and attention_mask is None and causal
-    out = fused_attention(query, key, value, attention_mask, dropout, causal, scaling)
+    out = fused_attention(query, key, value, attention_mask, dropout, causal, scaling,
+                          key.shape[1] != query.shape[1])
     return out.transpose(1, 2).contiguous(), None
 
 

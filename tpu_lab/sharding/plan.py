@@ -267,7 +267,9 @@ def _divides(name, style, shape, split: Split, chips: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Plan:
-    """A tensor-parallel plan computed without weights: layout, HBM per chip, fit (its picture:
+    """A tensor-parallel plan computed without weights: the layout and the weights each chip
+    holds; with a step (``batch`` and ``seq`` or ``image_size``), :meth:`estimate` gives its
+    time and peak HBM per chip, :meth:`max_batch` the largest batch that fits (its picture:
     :class:`tpu_lab.views.sharding.PlanView`; its figure: :func:`tpu_lab.views.figure`)."""
 
     model: str
@@ -276,7 +278,6 @@ class Plan:
     generation: Generation
     layout: ModelLayout
     dtype: torch.dtype
-    activations: tuple[tuple[str, int], ...] = ()  # (what, bytes per chip): an estimate
     batch: int | None = None
     seq: int | None = None
     notes: tuple[str, ...] = field(default=())
@@ -286,6 +287,8 @@ class Plan:
     image_size: tuple[int, int] | None = None
     frames: int | None = None
     obj: object = field(default=None, repr=False, compare=False)  # what was planned
+    remat: str = "none"  # activation checkpointing of a training step (sharding.remat)
+    optimizer: str = "adamw"  # the optimizer of a training step: "adamw" or "sgd"
 
     @property
     def total_chips(self) -> int:
@@ -298,14 +301,28 @@ class Plan:
         return None if self.batch is None else self.batch // (self.data * self.fsdp)
 
     def estimate(self, task: str = "forward", *, mode: str = "compiled",
-                 text_tokens: int | None = None):
-        """The estimated time of one ``task`` on the plan's chips (an estimate of an idealised
-        chip: :func:`tpu_lab.sharding.step_estimate.estimate_plan`): "forward" (``batch x seq`` tokens, or
-        one denoising step at ``image_size``), "train" (forward, backward, AdamW update) or
-        "decode" (one new token for each of ``batch`` sequences after ``seq`` cached ones)."""
+                 text_tokens: int | None = None, remat: str | None = None,
+                 optimizer: str | None = None):
+        """One ``task`` of the plan's step on its chips, estimated on an idealised chip
+        (:mod:`tpu_lab.sharding.step_estimate`): its time and one chip's peak HBM
+        (``.peak_hbm_bytes``, what fills it in ``.memory``), run in ``mode`` ("eager",
+        "fuse" or "compiled"). Tasks: "forward" (``batch x seq`` tokens, or one denoising
+        step at ``image_size``), "train" (forward, backward, optimizer step, with the plan's
+        ``remat`` and ``optimizer`` unless given) or "decode" (one new token for each of
+        ``batch`` sequences after ``seq`` cached ones)."""
         from .step_estimate import estimate_plan
 
-        return estimate_plan(self, task, mode=mode, text_tokens=text_tokens)
+        return estimate_plan(self, task, mode=mode, text_tokens=text_tokens, remat=remat,
+                             optimizer=optimizer)
+
+    def max_batch(self, task: str = "train", *, remat: str | tuple[str, ...] | None = None,
+                  mode: str = "compiled", limit: int = 1 << 16):
+        """The largest global batch whose step fits in each chip's HBM, for each ``remat``
+        choice (default: every one for "train", "none" otherwise), and what fills HBM at it
+        (:mod:`tpu_lab.sharding.batch_limit`)."""
+        from .batch_limit import max_batch
+
+        return max_batch(self, task, remat=remat, mode=mode, limit=limit)
 
     @property
     def topology(self) -> str | None:
@@ -323,9 +340,9 @@ class Plan:
         return self.chips // self.hosts
 
     @property
-    def bytes_per_host(self) -> tuple[int, ...]:
-        """What each host's chips hold together (weights and the activation estimate)."""
-        per = self.bytes_per_chip
+    def weight_bytes_per_host(self) -> tuple[int, ...]:
+        """The weights each host's chips hold together."""
+        per = self.weight_bytes_per_chip
         n = self.chips_per_host
         return tuple(sum(per[h * n:(h + 1) * n]) for h in range(self.hosts))
 
@@ -339,61 +356,10 @@ class Plan:
         return tuple(-(-b // self.fsdp) for b in self.layout.bytes_per_chip)
 
     @property
-    def activation_bytes(self) -> int:
-        """The activation estimate per chip (0 without batch/seq)."""
-        return sum(n for _, n in self.activations)
-
-    @property
-    def bytes_per_chip(self) -> tuple[int, ...]:
-        return tuple(w + self.activation_bytes for w in self.weight_bytes_per_chip)
-
-    @property
-    def fits(self) -> bool:
-        return max(self.bytes_per_chip) <= self.hbm_per_chip
-
-
-def activation_estimate(model, chips: int, batch: int, seq: int, dtype, layout: ModelLayout):
-    """Peak activation bytes per chip for one inference forward of ``batch`` x ``seq`` tokens:
-    an ESTIMATE (eager attention scores of one layer, residual stream, MLP intermediates,
-    the KV cache of a decoder, float32 logits), not a measurement of what XLA allocates."""
-    config = _config(model)
-    b = torch.empty((), dtype=dtype, device="meta").element_size()
-    tokens = batch * seq
-    heads = _cfg(config, "num_attention_heads", "num_heads", "n_head", default=1) if config else 1
-    kv = _cfg(config, "num_key_value_heads", "num_kv_heads", default=heads) if config else heads
-    head_dim = _cfg(config, "head_dim", "attention_head_dim") if config else None
-    hidden = _cfg(config, "hidden_size", "d_model", "n_embd") if config else None
-    if hidden is None:
-        hidden = heads * head_dim if head_dim else _widest(layout)
-    head_dim = head_dim or hidden // heads
-    inter = _cfg(config, "intermediate_size", "ffn_dim", "n_inner") if config else None
-    inter = inter or 4 * hidden
-    split = [e.name.rsplit(".", 1)[0] for e in layout.entries
-             if e.style and e.info.placements[0] != "Replicate()"]
-    atoms = {n.rsplit(".", 1)[-1] for n in split}
-    attn_split = chips if atoms & (_QUERY | _FUSED_QKV) else 1
-    kv_split = chips if atoms & (_KEY_VALUE | _FUSED_QKV) else 1
-    mlp = any(".mlp." in f".{n}." or ".ff" in f".{n}" or n.endswith(_MLP) for n in split)
-    mlp_split = chips if mlp else 1
-    out = [
-        ("residual stream", 3 * tokens * hidden * b),
-        ("attention (one layer, eager scores)",
-         tokens * (heads // attn_split + 2 * (kv // kv_split)) * head_dim * b
-         + batch * (heads // attn_split) * seq * seq * b),
-        ("MLP (one layer)", 3 * tokens * (inter // mlp_split) * b),
-    ]
-    out = [out[0], max(out[1:], key=lambda x: x[1])]
-    if getattr(config, "is_decoder", False) or getattr(config, "use_cache", False):
-        layers = _cfg(config, "num_hidden_layers", "n_layer", default=0)
-        out.append(("KV cache", 2 * layers * tokens * (kv // kv_split) * head_dim * b))
-    vocab = _cfg(config, "vocab_size") if config else None
-    if vocab and getattr(model, "get_output_embeddings", lambda: None)() is not None:
-        out.append(("logits (float32)", tokens * vocab * 4))
-    return tuple(out)
-
-
-def _widest(layout: ModelLayout) -> int:
-    return max((e.info.global_shape[-1] for e in layout.entries if e.info.ndim == 2), default=1)
+    def weights_fit(self) -> bool:
+        """Whether the weights alone fit in each chip's HBM (a step's peak, with its
+        activations, gradients and optimizer state: :meth:`estimate`)."""
+        return max(self.weight_bytes_per_chip) <= self.hbm_per_chip
 
 
 def generation_and_chips(generation: str, chips: int | None) -> tuple[Generation, int, int]:
@@ -432,33 +398,52 @@ def plan(
     frames: int | None = None,
     data: int = 1,
     fsdp: int = 1,
+    remat: str = "none",
+    optimizer: str = "adamw",
 ) -> Plan:
     """Plan ``obj`` (config, model or directory) over ``chips`` chips (default 4, or the count
-    in ``generation='v6e-8'``) of ``generation``: weights per chip, an activation estimate for
-    ``batch`` x ``seq`` tokens (``image_size=(h, w)``: ``h/16 * w/16`` image tokens, as with an
-    8x VAE and 2x2 patches; ``frames=`` for video models), and whether it fits in HBM.
-    ``tp_plan`` entries update the model's own plan; ``dtype`` (e.g. ``torch.bfloat16``)
-    overrides the floating-point weight dtype. ``chips`` is the tensor-parallel group; ``fsdp``
-    more chips shard weights, gradients and optimizer state (MaxText's ``ici_fsdp``), and
-    ``data`` replicas of that mesh split the batch: ``chips * fsdp * data`` chips in all, and
-    ``batch`` is the global batch. :meth:`Plan.estimate` estimates its time."""
+    in ``generation='v6e-8'``) of ``generation``: weights per chip, and the step of ``batch``
+    x ``seq`` tokens (``image_size=(h, w)`` for image models: ``h/16 * w/16`` image tokens, as
+    with an 8x VAE and 2x2 patches; ``frames=`` for video models) that :meth:`Plan.estimate`
+    estimates (time, peak HBM) and :meth:`Plan.max_batch` grows. ``tp_plan`` entries update the
+    model's own plan; ``dtype`` (e.g. ``torch.bfloat16``) overrides the floating-point weight
+    dtype. ``chips`` is the tensor-parallel group; ``fsdp`` more chips shard weights,
+    gradients and optimizer state (MaxText's ``ici_fsdp``), and ``data`` replicas of that mesh
+    split the batch: ``chips * fsdp * data`` chips in all, and ``batch`` is the global batch.
+    A training step checkpoints its blocks' activations as ``remat`` says ("none", "full",
+    "dots": :mod:`tpu_lab.sharding.remat`) and updates the weights with ``optimizer``
+    ("adamw", "sgd")."""
     gen, chips, hosts = generation_and_chips(generation, chips)
     for name, value in (("data", data), ("fsdp", fsdp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ShardingError(f"{name} must be a positive integer, got {value!r}.")
+    from .remat import check as check_remat
+    from .step_estimate import OPTIMIZERS
+
+    check_remat(remat)
+    if optimizer not in OPTIMIZERS:
+        raise ShardingError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got "
+                            f"{optimizer!r}.")
+    for name, value in (("batch", batch), ("seq", seq), ("frames", frames)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ShardingError(f"{name} must be a positive whole number, got {value!r}: "
+                                f"{_examples[name]}.")
     model, source = load_meta_model(obj)
     if image_size is not None:
-        height, width = image_size
+        height, width = _image_size(model, image_size)
         seq = (height // 16) * (width // 16)
         batch = batch or 1
+    elif seq is not None:
+        _warn_beyond_positions(model, seq)
     layout = plan_layout(model, chips, tp_plan, dtype)
     floating = [e.info.dtype for e in layout.entries if e.kind == "parameter"
                 and e.info.dtype.is_floating_point]
     used = dtype or (max(set(floating), key=floating.count) if floating else torch.float32)
-    acts: tuple = ()
     notes = []
-    if (batch is None) != (seq is None):
-        raise ShardingError("Pass both batch and seq (or image_size) for an activation estimate.")
+    if batch is not None and seq is None:
+        raise ShardingError("Pass seq with batch (or image_size) for the work of one step, "
+                            "e.g. batch=8, seq=2048.")
     replicas = data * fsdp
     if batch is not None and batch % replicas:
         raise ShardingError(
@@ -466,10 +451,6 @@ def plan(
             f"replicas; pass a multiple of {replicas} (for example "
             f"{replicas * max(1, batch // replicas)})."
         )
-    if batch is not None:
-        acts = activation_estimate(model, chips, batch // replicas, seq, used, layout)
-        notes.append("activations are an estimate (one forward; eager attention scores), "
-                     "not a measurement")
     if chips not in gen.topologies and hosts == 1:
         notes.append(f"TPU {gen.name} has no {chips}-chip host topology "
                      f"(one-host counts: {', '.join(map(str, gen.topologies))})")
@@ -481,5 +462,48 @@ def plan(
         notes.append(f"{chips * replicas} chips in all: tensor parallel {chips} x FSDP {fsdp} "
                      f"x data parallel {data}; weights per chip are the tensor-parallel shard "
                      f"cut {fsdp} ways")
-    return Plan(type(model).__name__, source, chips, gen, layout, used, acts, batch, seq,
-                tuple(notes), hosts, data, fsdp, image_size, frames, obj)
+    return Plan(type(model).__name__, source, chips, gen, layout, used, batch, seq,
+                tuple(notes), hosts, data, fsdp, image_size, frames, obj, remat, optimizer)
+
+
+_examples = {"batch": "sequences (or images) per step, e.g. batch=8",
+             "seq": "tokens per sequence, e.g. seq=2048",
+             "frames": "a video's frames, e.g. frames=81"}
+
+
+def _image_size(model, image_size) -> tuple[int, int]:
+    """``image_size`` as (height, width) in pixels, if the model can take it."""
+    from .step_inputs import image_multiple
+
+    try:
+        height, width = image_size
+        valid = all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                    for v in (height, width))
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        raise ShardingError(f"image_size must be (height, width) in pixels, e.g. (1024, 1024); "
+                            f"got {image_size!r}.")
+    multiple, why = image_multiple(model)
+    if height % multiple or width % multiple:
+        near = "x".join(str(max(multiple, round(v / multiple) * multiple))
+                        for v in (height, width))
+        raise ShardingError(
+            f"image_size {height}x{width} does not suit {type(model).__name__}: height and "
+            f"width must be multiples of {multiple} ({why}); for example {near}."
+        )
+    return height, width
+
+
+def _warn_beyond_positions(model, seq: int) -> None:
+    config = _config(model)
+    limit = _cfg(config, "max_position_embeddings", "n_positions") if config else None
+    if isinstance(limit, int) and seq > limit:
+        import warnings
+
+        warnings.warn(
+            f"seq={seq} is longer than {type(config).__name__}'s max_position_embeddings="
+            f"{limit}: the model was not built for it (its position embeddings end at {limit}); "
+            "the plan counts it anyway. Plan with seq <= the limit, or a config that raises it.",
+            UserWarning, stacklevel=3,
+        )

@@ -19,6 +19,7 @@ Classifier-free guidance runs the denoiser on twice the batch: plan ``batch=2 * 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,8 @@ TEXT_TOKENS = {
 }
 VIDEO = {"WanTransformer3DModel", "LatteTransformer3DModel", "AutoencoderKLWan"}
 VAES = {"AutoencoderKL", "AutoencoderKLWan"}
+#: Transformers whose pipelines pack the latents in 2x2 patches before the model sees them.
+PACKED = {"FluxTransformer2DModel", "QwenImageTransformer2DModel"}
 #: Denoisers whose ``image_size`` is their sample's own size (no 8x VAE between: a UNet2DModel
 #: denoises pixels, or latents whose size the caller gives).
 SAMPLES = {"UNet2DModel"}
@@ -46,8 +49,10 @@ SAMPLES = {"UNet2DModel"}
 
 @dataclass
 class Step:
-    """How to call the model once: ``call(model)`` returns the tensor a loss reads;
-    ``items`` ``unit`` is what the call produces."""
+    """How to call the model once: ``call(model)`` returns what the model returns (kept, as a
+    training loop's ``out = model(**batch)`` keeps it, until the step ends), ``loss(out)`` the
+    loss a training step takes its gradient of: the model's own for a causal LM with labels,
+    else the mean square of its main output; ``items`` ``unit`` is what the call produces."""
 
     kwargs: dict[str, Any]
     items: float
@@ -55,13 +60,30 @@ class Step:
     method: str = "__call__"
     labels: bool = False
 
-    def call(self, model: torch.nn.Module) -> torch.Tensor:
-        out = getattr(model, self.method)(**self.kwargs)
+    def call(self, model: torch.nn.Module):
+        return getattr(model, self.method)(**self.kwargs)
+
+    def on(self, device) -> Step:
+        """The same step with zeros on ``device`` for every tensor (a model with weights runs
+        it there: the check of an estimate on a real device)."""
+
+        def moved(x):
+            if isinstance(x, torch.Tensor):
+                return torch.zeros(x.shape, dtype=x.dtype, device=device)
+            if isinstance(x, dict):
+                return {k: moved(v) for k, v in x.items()}
+            return x
+
+        return dataclasses.replace(self, kwargs=moved(self.kwargs))
+
+    def loss(self, out) -> torch.Tensor:
         for name in ("loss", "sample", "logits", "last_hidden_state"):
             value = getattr(out, name, None)
             if isinstance(value, torch.Tensor):
-                return value
-        return out[0] if isinstance(out, (tuple, list)) else out
+                break
+        else:
+            value = out[0] if isinstance(out, (tuple, list)) else out
+        return value if self.labels else value.float().square().mean()
 
 
 def _empty(*shape, dtype=torch.float32) -> torch.Tensor:
@@ -91,6 +113,26 @@ def family(model: torch.nn.Module) -> str:
         f"No estimate for a {name}: estimates cover transformers models and the diffusers "
         f"models {', '.join(sorted({*TEXT_TOKENS, *VAES, *SAMPLES}))}."
     )
+
+
+def image_multiple(model: torch.nn.Module) -> tuple[int, str]:
+    """What an image's height and width must be multiples of for ``model``, and why."""
+    name, cfg = type(model).__name__, getattr(model, "config", None)
+    downsamples = len(getattr(cfg, "down_block_types", ()) or ()) - 1
+    if name == "UNet2DConditionModel":
+        return 8 * 2 ** max(downsamples, 0), (f"an 8x VAE, then {max(downsamples, 0)} "
+                                              "downsamplings of the UNet")
+    if name in SAMPLES:
+        return 2 ** max(downsamples, 0), f"{max(downsamples, 0)} downsamplings of the UNet"
+    if name in VAES:
+        return 8, "the VAE decodes latents 8 times smaller"
+    if name in PACKED:
+        return 16, "an 8x VAE, then latents packed in 2x2 patches"
+    if name in TEXT_TOKENS:
+        patch = getattr(cfg, "patch_size", 2) or 2
+        patch = patch[-1] if isinstance(patch, (tuple, list)) else patch
+        return 8 * patch, f"an 8x VAE, then {patch}x{patch} patches"
+    return 1, "any size"
 
 
 def _latent(size: tuple[int, int] | None, name: str) -> tuple[int, int]:

@@ -13,10 +13,12 @@ and diffusers' ``tp_plan`` styles, torch's ``ColwiseParallel``/``RowwiseParallel
   row-parallel layer, and the backward of a column-parallel one);
 - an embedding lookup into a split table makes a partial sum the same way (vocab-parallel);
 - attention and every other op make results split like their inputs; an op whose inputs are
-  all whole runs whole on every chip (norms, residual adds, the loss on replicated values).
+  all whole runs whole on every chip (norms, residual adds, the loss on replicated values);
+- a matmul with a weight whose style gathers its output (transformers' ``colwise_rep`` and
+  ``colwise_gather_output``, as its plans split the LM head) makes a split result that an
+  all-gather makes whole on every chip: what follows (the logits, the loss) runs whole.
 
-Logits stay split over the chips (a vocab-parallel loss); the small all-reduces such a loss
-needs for its maximum and sum are not counted.
+The small all-reduces a vocab-parallel loss would need for its maximum and sum are not counted.
 """
 
 from __future__ import annotations
@@ -37,15 +39,16 @@ MATMUL_OPERANDS = {
 LOOKUPS = {aten.embedding}
 
 
-def split(program: Program, tp: int, chip) -> Program:
+def split(program: Program, tp: int, chip, gathered: frozenset[int] = frozenset()) -> Program:
     """``program`` with each value's and op's share set for ``tp``-way tensor parallelism (the
     parameters' shares must already be set) and an all-reduce before each read of a partial
-    sum. Returns a new program over the same values."""
+    sum; the outputs of matmuls with a weight in ``gathered`` (values) gathered whole after
+    them. Returns a new program over the same values."""
     from ..estimate.assumed import assumptions
 
     a = assumptions()
     values = program.values
-    out = Program(values=values)
+    out = Program(values=values, buffers=program.buffers)
     partial: set[int] = set()
 
     def reduce(v: int) -> None:
@@ -70,11 +73,13 @@ def split(program: Program, tp: int, chip) -> Program:
             continue
         for v in r.ins:
             reduce(v)
-        makes_partial = False
+        makes_partial = gathers = False
         if packet in MATMUL_OPERANDS and len(shares) > max(MATMUL_OPERANDS[packet]):
             x, w = (shares[i] for i in MATMUL_OPERANDS[packet])
             share = min(x, w)
             makes_partial = x < 1 and w < 1
+            gathers = not makes_partial and share < 1 and any(
+                values[v].base in gathered for v in r.ins)
         elif packet in LOOKUPS and shares and shares[0] < 1:
             share, makes_partial = shares[0], True
         elif op_numbers(r.sig, chip, a).flops and shares:
@@ -87,10 +92,13 @@ def split(program: Program, tp: int, chip) -> Program:
             out.records.append(Record(r.sig, r.ins, r.outs, 1.0, None, r.scale))
             continue
         for v in r.outs:
-            values[v].share = 1.0 if makes_partial else share
+            values[v].share = 1.0 if makes_partial or gathers else share
             if makes_partial:
                 partial.add(values[v].base)
         out.records.append(Record(r.sig, r.ins, r.outs, share, None, r.scale))
+        if gathers:
+            out.records += [Record(None, (v,), (), collective=(
+                "all_gather", tp, "ici", values[v].nbytes)) for v in r.outs]
     for v in sorted(partial):
         out.records.append(Record(None, (v,), (), collective=(
             "all_reduce", tp, "ici", values[v].nbytes)))

@@ -29,10 +29,10 @@ __all__ = [
 ]
 
 
-def figure(obj, name: str | None = None):
+def figure(obj, name: str | None = None, estimate=None):
     """A matplotlib figure of ``obj``'s sharding: a plan's or mesh run's mesh and per-chip
-    memory, a module's layout, a tensor's shards (titled ``name``); see
-    :func:`tpu_lab.views.sharding_figures.figure`."""
+    memory (a plan's with ``estimate``: at its step's estimated peak), a module's layout, a
+    tensor's shards (titled ``name``); see :func:`tpu_lab.views.sharding_figures.figure`."""
     from .sharding_figures import figure as sharding_figure
 
-    return sharding_figure(obj, name)
+    return sharding_figure(obj, name, estimate)

@@ -62,8 +62,9 @@ def _facts(e: Estimate) -> list[str]:
         f"{e.mxu_utilisation:.1%}; {traffic}",
         split,
     ]
-    if e.verdict:
-        facts.append(e.verdict)
+    if e.memory is not None:
+        facts.append(f"{e.verdict}; at the peak ({e.memory.at}): " + ", ".join(
+            f"{kind} {format_bytes(int(n))}" for kind, n in e.memory.breakdown))
     return facts
 
 

@@ -270,98 +270,148 @@ class LayoutView(View):
                 + f"</tr></thead><tbody>{body}</tbody></table></div>")
 
 
-class PlanMemoryView(View):
-    """Per-chip HBM bars of a plan or a mesh run: weights, the activation estimate, free,
-    against capacity."""
+#: How each kind of HBM content is drawn: a text glyph, an HTML colour (see
+#: :data:`tpu_lab.estimate.memory.KINDS`); what is not listed is drawn as "other".
+KIND_STYLE = {
+    "weights": ("█", "#1d4ed8"),
+    "gathered weights (FSDP)": ("▇", "#60a5fa"),
+    "gradients": ("▓", "#7c3aed"),
+    "optimizer state": ("▒", "#c026d3"),
+    "activations saved for backward": ("▚", "#ea580c"),
+    "KV cache": ("≡", "#059669"),
+    "temporaries": ("░", "#fbbf24"),
+    "inputs": ("▪", "#a3a3a3"),
+}
+_OTHER = ("░", "#fbbf24")
 
-    def __init__(
-        self, weights, activations, capacity: int, title: str, chips_per_host: int | None = None
-    ) -> None:
-        self.weights = tuple(weights)
-        self.activations = tuple(activations)
+
+class PlanMemoryView(View):
+    """Per-chip HBM bars against capacity, each bar split by what fills it: ``parts[chip]``
+    is ((kind, bytes), ...) on that chip (a plan's weights alone, or what holds HBM at its
+    step's estimated peak; a mesh run's real shards)."""
+
+    def __init__(self, parts, capacity: int, title: str, chips_per_host: int | None = None,
+                 note: str = "") -> None:
+        self.parts = tuple(tuple(p) for p in parts)
         self.capacity = capacity
         self.title = title
         self.chips_per_host = chips_per_host  # set for several hosts: bars grouped by host
+        self.note = note
+
+    def _used(self, chip: int) -> float:
+        return sum(n for _, n in self.parts[chip])
+
+    def _kinds(self) -> list[str]:
+        return list(dict.fromkeys(k for part in self.parts for k, n in part if n > 0))
 
     def _host_head(self, chip: int) -> str | None:
         n = self.chips_per_host
         if not n or chip % n:
             return None
-        held = sum(self.weights[chip:chip + n]) + sum(self.activations[chip:chip + n])
-        return f"host {chip // n} (chips {chip}-{chip + n - 1}): {format_bytes(held)} in all"
+        held = sum(self._used(c) for c in range(chip, chip + n))
+        return f"host {chip // n} (chips {chip}-{chip + n - 1}): {format_bytes(int(held))} in all"
 
-    def _pct(self, used: int) -> str:
+    def _pct(self, used: float) -> str:
         p = 100 * used / self.capacity
         return f"{p:.0f}%" if p >= 1 or p == 0 else "<1%"
+
+    def _legend(self) -> str:
+        return ", ".join(f"{KIND_STYLE.get(k, _OTHER)[0]} {k}" for k in self._kinds())
 
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
         bar = max(min(width - 56, 40), 10)
-        lines = [clip(f"{self.title}: {format_bytes(self.capacity)} per chip "
-                      "(█ weights, ▒ activations, ░ free)", width)]
-        for chip, (w, a) in enumerate(zip(self.weights, self.activations, strict=True)):
+        lines = [clip(f"{self.title}: {format_bytes(self.capacity)} per chip", width)]
+        for text in (f"{self._legend()}, · free", self.note):
+            if text:
+                lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="  ")
+        for chip, part in enumerate(self.parts):
             head = self._host_head(chip)
             if head:
                 lines.append(clip(f" {head}", width))
-            used = w + a
-            nw = min(round(bar * w / self.capacity), bar)
-            na = min(round(bar * a / self.capacity), bar - nw)
+            cells, drawn = "", 0
+            for kind, n in part:
+                k = min(round(bar * n / self.capacity), bar - drawn)
+                cells += KIND_STYLE.get(kind, _OTHER)[0] * k
+                drawn += k
+            used = self._used(chip)
             over = " OVER" if used > self.capacity else ""
-            lines.append(clip(f"  chip {chip:<3}│{'█' * nw}{'▒' * na}{'░' * (bar - nw - na)}│ "
-                              f"{format_bytes(used)} ({self._pct(used)}){over}", width))
+            lines.append(clip(f"  chip {chip:<3}│{cells}{'·' * (bar - drawn)}│ "
+                              f"{format_bytes(int(used))} ({self._pct(used)}){over}", width))
         return "\n".join(lines)
 
     def to_html(self) -> str:
         rows = []
-        for chip, (w, a) in enumerate(zip(self.weights, self.activations, strict=True)):
+        for chip, part in enumerate(self.parts):
             head = self._host_head(chip)
             if head:
                 rows.append(f"<div style='margin-top:4px'><b>{esc(head)}</b></div>")
-            used = w + a
-            pw, pa = (min(100 * x / self.capacity, 100) for x in (w, a))
-            color = "#dc2626" if used > self.capacity else "#2563eb"
+            used = self._used(chip)
+            segments, left = "", 100.0
+            for kind, n in part:
+                pct = min(100 * n / self.capacity, left)
+                left -= pct
+                color = KIND_STYLE.get(kind, _OTHER)[1]
+                segments += (f"<div title='{esc(kind)}: {esc(format_bytes(int(n)))}' "
+                             f"style='width:{pct:.2f}%;background:{color}'></div>")
+            edge = ";outline:2px solid #dc2626" if used > self.capacity else ""
             rows.append(
                 f"<div style='display:flex;align-items:center;gap:6px;margin:2px 0'>"
                 f"<span style='width:56px'>chip {chip}</span><div style='width:320px;height:12px;"
-                f"background:#e5e7eb;display:flex'><div style='width:{pw:.2f}%;background:{color}'>"
-                f"</div><div style='width:{min(pa, 100 - pw):.2f}%;background:#93c5fd'></div>"
-                f"</div><span>{esc(format_bytes(used))} ({esc(self._pct(used))})</span></div>"
+                f"background:#e5e7eb;display:flex{edge}'>{segments}</div>"
+                f"<span>{esc(format_bytes(int(used)))} ({esc(self._pct(used))})</span></div>"
             )
+        legend = "".join(
+            f"<span style='margin-right:8px'><span style='display:inline-block;width:10px;"
+            f"height:10px;background:{KIND_STYLE.get(k, _OTHER)[1]}'></span> {esc(k)}</span>"
+            for k in self._kinds())
+        note = f"<div style='color:#6b7280'>{esc(self.note)}</div>" if self.note else ""
         return (f"<div style='{_STYLE}'><b>{esc(self.title)}</b>: "
-                f"{esc(format_bytes(self.capacity))} per chip (dark: weights, light: activations, "
-                f"grey: free){''.join(rows)}</div>")
+                f"{esc(format_bytes(self.capacity))} per chip (grey: free)<div>{legend}</div>"
+                f"{note}{''.join(rows)}</div>")
 
 
-def memory_view(obj: Plan | MeshRun) -> PlanMemoryView:
-    """The HBM bars of a Plan (weights + activation estimate) or a MeshRun (real shards)."""
+def memory_view(obj: Plan | MeshRun, estimate=None) -> PlanMemoryView:
+    """The HBM bars of a Plan (its weights, or with ``estimate`` what fills HBM at the step's
+    estimated peak) or a MeshRun (its real shards)."""
     if isinstance(obj, Plan):
-        acts = (obj.activation_bytes,) * obj.chips
         title = f"HBM, TPU {obj.generation.name}"
         per_host = obj.chips_per_host if obj.hosts > 1 else None
-        return PlanMemoryView(obj.weight_bytes_per_chip, acts, obj.hbm_per_chip, title,
-                              per_host)  # fmt: skip
-    return PlanMemoryView(obj.shard_bytes_per_chip, (0,) * obj.chips, obj.hbm_per_chip,
-                          f"HBM, TPU {obj.generation.name} (real shards)")
+        memory = None if estimate is None else estimate.memory
+        if memory is None:
+            parts = [(("weights", w),) for w in obj.weight_bytes_per_chip]
+            note = "weights at rest (a step's peak: plan with batch and seq)"
+        else:
+            parts = [memory.breakdown] * obj.chips
+            note = (f"at the estimated peak of the {estimate.task} step ({memory.mode}), "
+                    f"at {memory.at}: an estimate, not a measurement")
+        return PlanMemoryView(parts, obj.hbm_per_chip, title, per_host, note)
+    return PlanMemoryView([(("weights", w),) for w in obj.shard_bytes_per_chip],
+                          obj.hbm_per_chip, f"HBM, TPU {obj.generation.name} (real shards)")
 
 
-def _plan_facts(p) -> list[str]:
+def _plan_facts(p, e=None) -> list[str]:
     topo = f" ({p.topology})" if p.topology else ""
-    verdict = "fits" if p.fits else "does NOT fit"
-    facts = [
-        f"Plan: {p.model} ({p.source}), tensor parallel over {p.chips} chips of TPU "
-        f"{p.generation.name}{topo}, {dtype_name(p.dtype)} weights",
-        f"{verdict}: up to {format_bytes(max(p.bytes_per_chip))} of "
-        f"{format_bytes(p.hbm_per_chip)} HBM per chip",
-        f"weights: {_per_chip(p.weight_bytes_per_chip)} per chip "
-        f"({format_bytes(p.layout.global_bytes)} unsharded)",
-    ]
+    facts = [f"Plan: {p.model} ({p.source}), tensor parallel over {p.chips} chips of TPU "
+             f"{p.generation.name}{topo}, {dtype_name(p.dtype)} weights"]
+    if e is not None and e.memory is not None:
+        facts.append(f"{e.verdict}, {e.task} step")
+        facts.append("at the peak (" + e.memory.at + "): " + ", ".join(
+            f"{kind} {format_bytes(int(n))}" for kind, n in e.memory.breakdown))
+        if not e.fits:
+            facts.append("to fit: checkpoint activations (remat='full'), shard the weights over "
+                         "more chips (fsdp=), or a smaller batch (plan.max_batch(task) finds "
+                         "the largest)")
+    else:
+        fits = "weights fit" if p.weights_fit else "weights do NOT fit"
+        facts.append(f"{fits}: {format_bytes(max(p.weight_bytes_per_chip))} of "
+                     f"{format_bytes(p.hbm_per_chip)} HBM per chip (a step's peak: plan with "
+                     "batch and seq, then plan.estimate(task))")
+    facts.append(f"weights: {_per_chip(p.weight_bytes_per_chip)} per chip "
+                 f"({format_bytes(p.layout.global_bytes)} unsharded)")
     if p.hosts > 1:
         facts.append(f"{p.hosts} hosts of {p.chips_per_host} chips: each host holds "
-                     f"{_per_chip(p.bytes_per_host)}")
-    if p.activations:
-        parts = ", ".join(f"{what} {format_bytes(n)}" for what, n in p.activations)
-        facts.append(f"activations (estimate, batch {p.batch} x seq {p.seq}): "
-                     f"{format_bytes(p.activation_bytes)} per chip = {parts}")
+                     f"{_per_chip(p.weight_bytes_per_host)} of weights")
     return facts + [f"note: {n}" for n in p.notes]
 
 
@@ -375,31 +425,39 @@ def _facts_html(facts: list[str], ok: bool) -> str:
                    f"{esc(f)}</div>" for k, f in enumerate(facts))
 
 
-def _estimate_facts(e) -> list[str]:
-    """The rows a plan's estimate adds: labelled, its time, bound and throughput, and whether
-    the step fits in HBM."""
-    from .estimate import summary
-
-    return [*summary(e), e.verdict] if e.verdict else summary(e)
-
-
 class PlanView(View):
     """A plan: the verdict, HBM bars per chip, every weight sorted by bytes per chip; with
-    ``estimate`` (``plan.estimate(task)``), the step's estimated time on an idealised chip."""
+    ``estimate`` (``plan.estimate(task)``), the step's estimated time on an idealised chip and
+    its peak HBM (the verdict and the bars are that peak's). A plan with a step but no
+    estimate given is drawn with the estimate of its forward step; ``estimate=False``: the
+    weights alone, nothing estimated."""
 
     def __init__(self, plan: Plan, estimate=None) -> None:
         self.plan = plan
-        self.estimate = estimate
+        if estimate is None and plan.batch is not None:
+            estimate = plan.estimate("forward")
+        self.estimate = estimate or None
 
     def _facts(self) -> list[str]:
-        facts = _plan_facts(self.plan)
-        return facts if self.estimate is None else facts + _estimate_facts(self.estimate)
+        from .estimate import summary
+
+        facts = _plan_facts(self.plan, self.estimate)
+        return facts if self.estimate is None else facts + summary(self.estimate)
+
+    def _fits(self) -> bool:
+        e = self.estimate
+        return self.plan.weights_fit if e is None or e.fits is None else e.fits
 
     def to_text(self, width: int | None = None) -> str:
-        return _facts_text(self._facts(), self.plan, width)
+        width = terminal_width(width)
+        return "\n".join([*_wrap(self._facts(), width),
+                          memory_view(self.plan, self.estimate).to_text(width),
+                          LayoutView(self.plan.layout).to_text(width)])
 
     def to_html(self) -> str:
-        return _facts_page(self._facts(), self.plan.fits, self.plan)
+        return (f"<div>{_facts_html(self._facts(), self._fits())}"
+                f"{memory_view(self.plan, self.estimate).to_html()}"
+                f"{LayoutView(self.plan.layout).to_html()}</div>")
 
 
 def _run_facts(r) -> list[str]:
@@ -422,21 +480,14 @@ class MeshRunView(View):
         self.run = run
 
     def to_text(self, width: int | None = None) -> str:
-        return _facts_text(_run_facts(self.run), self.run, width)
+        width = terminal_width(width)
+        return "\n".join([*_wrap(_run_facts(self.run), width),
+                          memory_view(self.run).to_text(width),
+                          LayoutView(self.run.layout).to_text(width)])
 
     def to_html(self) -> str:
-        return _facts_page(_run_facts(self.run), self.run.matches, self.run)
-
-
-def _facts_text(facts: list[str], obj: Plan | MeshRun, width: int | None) -> str:
-    width = terminal_width(width)
-    return "\n".join([*_wrap(facts, width), memory_view(obj).to_text(width),
-                      LayoutView(obj.layout).to_text(width)])
-
-
-def _facts_page(facts: list[str], ok: bool, obj: Plan | MeshRun) -> str:
-    return (f"<div>{_facts_html(facts, ok)}{memory_view(obj).to_html()}"
-            f"{LayoutView(obj.layout).to_html()}</div>")
+        return (f"<div>{_facts_html(_run_facts(self.run), self.run.matches)}"
+                f"{memory_view(self.run).to_html()}{LayoutView(self.run.layout).to_html()}</div>")
 
 
 def sharding_data(obj) -> ShardingInfo | ModelLayout | Plan | MeshRun:
@@ -456,8 +507,9 @@ def sharding_data(obj) -> ShardingInfo | ModelLayout | Plan | MeshRun:
 
 def view(obj, name: str | None = None, estimate=None) -> View:
     """The picture of ``obj``'s sharding (:func:`sharding_data`): a tensor's shards titled
-    ``name``, a module's placement table, a plan (with ``estimate``, its step's estimated time:
-    ``plan.estimate(task)``), a mesh run (a View is its own picture)."""
+    ``name``, a module's placement table, a plan (with ``estimate``, its step's estimated time
+    and peak HBM: ``plan.estimate(task)``; ``False``: its weights alone), a mesh run (a View is
+    its own picture)."""
     from .lookup import view as lookup
 
     if isinstance(obj, View):
@@ -482,3 +534,54 @@ __all__ = [
     "sharding_data",
     "view",
 ]
+
+
+def _fills(memory) -> str:
+    return ", ".join(f"{kind} {format_bytes(int(n))}" for kind, n in memory.breakdown[:4])
+
+
+class BatchLimitsView(View):
+    """The largest batch that fits, per remat choice (:mod:`tpu_lab.sharding.batch_limit`): the
+    batch, the peak HBM per chip there and what fills it (or, where none fits, the smallest
+    batch's peak)."""
+
+    def __init__(self, limits) -> None:
+        self.limits = limits
+
+    def _head(self) -> str:
+        lim = self.limits
+        return (f"Largest batch that fits in HBM (estimate of an idealised chip, not a "
+                f"measurement): {lim.title}, {lim.mode}; {format_bytes(lim.capacity)} per chip")
+
+    def _rows(self) -> list[tuple[str, str, str, str]]:
+        rows = []
+        for r in self.limits.rows:
+            memory = r.estimate.memory
+            peak = format_bytes(int(memory.peak_bytes))
+            if r.fits:
+                batch = f"{r.batch}{'+' if r.at_limit else ''}"
+                peak_text = peak
+            else:
+                batch, peak_text = "none", f"{peak} at batch {r.estimate_batch} (over)"
+            rows.append((r.remat, batch, peak_text, _fills(memory)))
+        return rows
+
+    def to_text(self, width: int | None = None) -> str:
+        width = terminal_width(width)
+        heads = ("remat", "batch", "peak per chip", "what fills HBM there")
+        rows = self._rows()
+        widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(heads[:3])]
+        lines = _wrap([self._head()], width)
+        for r in (heads, *rows):
+            cells = [v.ljust(w) for v, w in zip(r[:3], widths, strict=True)]
+            lines.append(clip("  " + "  ".join([*cells, r[3]]), width))
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        heads = ("remat", "batch", "peak per chip", "what fills HBM there")
+        body = "".join("<tr style='border-top:1px solid #e5e7eb'>"
+                       + "".join(f"<td style='{_TD}'>{esc(v)}</td>" for v in r) + "</tr>"
+                       for r in self._rows())
+        return (f"<div><b>{esc(self._head())}</b><table style='{_STYLE}'><thead><tr>"
+                + "".join(f"<th style='{_TD};text-align:left'>{h}</th>" for h in heads)
+                + f"</tr></thead><tbody>{body}</tbody></table></div>")

@@ -7,7 +7,7 @@ from ..sharding.info import ModelLayout, ShardingInfo
 from ..sharding.mesh import MeshRun
 from ..sharding.plan import Plan
 from ..units import format_bytes
-from .sharding import CHIP_COLORS, blocks, sharding_data
+from .sharding import CHIP_COLORS, KIND_STYLE, blocks, memory_view, sharding_data
 
 GiB = 1 << 30
 
@@ -50,22 +50,25 @@ def _grid(chips: int, topology_shape: tuple[int, ...] | None) -> tuple[int, int]
     return 1, chips
 
 
-def _memory_axes(ax, weights, activations, capacity: int | None, title: str,
-                 label: str = "weights") -> None:
-    chips = range(len(weights))
-    unit, name = (GiB, "GiB") if max(weights) + max(activations) >= GiB / 8 or capacity else (
-        1024, "KiB")
-    ax.bar(chips, [w / unit for w in weights], color="#2563eb", label=label)
-    if any(activations):
-        ax.bar(chips, [a / unit for a in activations], bottom=[w / unit for w in weights],
-               color="#93c5fd", label="activations (estimate)")
+def _memory_axes(ax, parts, capacity: int | None, title: str) -> None:
+    """Stacked bars per chip: ``parts[chip]`` is ((kind, bytes), ...), coloured as the text and
+    HTML bars are (:data:`tpu_lab.views.sharding.KIND_STYLE`)."""
+    chips = range(len(parts))
+    used = [sum(n for _, n in part) for part in parts]
+    unit, name = (GiB, "GiB") if max(used) >= GiB / 8 or capacity else (1024, "KiB")
+    kinds = list(dict.fromkeys(k for part in parts for k, n in part if n > 0))
+    bottom = [0.0] * len(parts)
+    for kind in kinds:
+        heights = [dict(part).get(kind, 0.0) / unit for part in parts]
+        ax.bar(chips, heights, bottom=bottom, color=KIND_STYLE.get(kind, ("", "#fbbf24"))[1],
+               label=kind)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     if capacity:
         ax.axhline(capacity / unit, color="#dc2626", linestyle="--",
                    label=f"HBM {format_bytes(capacity)}")
     for c in chips:
-        used = weights[c] + activations[c]
-        ax.annotate(format_bytes(used), ((c), used / unit), ha="center", va="bottom",
-                    fontsize=8, xytext=(0, 2), textcoords="offset points")
+        ax.annotate(format_bytes(int(used[c])), ((c), used[c] / unit), ha="center",
+                    va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(list(chips), [f"chip {c}" for c in chips])
     ax.set_ylabel(name)
     ax.set_title(title, fontsize=10)
@@ -73,32 +76,30 @@ def _memory_axes(ax, weights, activations, capacity: int | None, title: str,
     ax.legend(fontsize=8, loc="upper left")
 
 
-def figure(obj, name: str | None = None):
-    """The mesh and per-chip memory of a Plan or MeshRun, the mesh and bytes per chip of a
-    module or model layout, or the shard picture and bytes per chip of a tensor or
-    ShardingInfo (titled ``name``)."""
+def figure(obj, name: str | None = None, estimate=None):
+    """The mesh and per-chip memory of a Plan (with ``estimate``: what fills HBM at its
+    step's estimated peak) or MeshRun, the mesh and bytes per chip of a module or model
+    layout, or the shard picture and bytes per chip of a tensor or ShardingInfo (titled
+    ``name``)."""
     obj = sharding_data(obj)
     fig, (left, right) = _new_figure()
     if isinstance(obj, ShardingInfo):
         _tensor_axes(left, obj, name or "tensor")
-        per = obj.bytes_per_chip
-        _memory_axes(right, per, (0,) * len(per), None, "bytes per chip", label="shard")
+        _memory_axes(right, [(("shard", n),) for n in obj.bytes_per_chip], None,
+                     "bytes per chip")
         return fig
     layout = obj if isinstance(obj, ModelLayout) else obj.layout
     gen = None if isinstance(obj, ModelLayout) else obj.generation
     shape = gen.topologies.get(layout.chips) if gen else None
-    acts = (0,) * layout.chips
-    if isinstance(obj, Plan):
-        weights, acts = obj.weight_bytes_per_chip, (obj.activation_bytes,) * layout.chips
-    elif isinstance(obj, MeshRun):
-        weights = obj.shard_bytes_per_chip
+    if isinstance(obj, (Plan, MeshRun)):
+        bars = memory_view(obj, estimate if isinstance(obj, Plan) else None)
+        parts, title = bars.parts, bars.title
     else:
-        weights = layout.bytes_per_chip
-    labels = [format_bytes(w + a) for w, a in zip(weights, acts, strict=True)]
+        parts, title = [(("weights", n),) for n in layout.bytes_per_chip], "bytes per chip"
+    labels = [format_bytes(int(sum(n for _, n in part))) for part in parts]
     _mesh_axes(left, labels, _grid(layout.chips, shape),
                f"{layout.model}: {layout.chips} chips" + (f" (TPU {gen.name})" if gen else ""))
-    _memory_axes(right, weights, acts, gen.hbm_per_device if gen else None,
-                 "HBM per chip" if gen else "bytes per chip")
+    _memory_axes(right, parts, gen.hbm_per_device if gen else None, title)
     return fig
 
 
