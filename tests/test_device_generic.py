@@ -19,7 +19,7 @@ MIXED = (
     "cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu())."
 )
 QUANTIZED = (
-    "quantized tensors (QInt8) cannot be on the 'tpu' device: TorchTPU has no quantized "
+    "quantized tensors cannot be on the 'tpu' device ({op} made one): TorchTPU has no quantized "
     "kernels. Quantize on the CPU (x.cpu()), or keep integer weights in an int8 tensor with a "
     "float scale on 'tpu'."
 )
@@ -97,15 +97,29 @@ def test_quantizing_a_tpu_tensor_says_torchtpu_has_no_quantized_kernels():
     x = torch.tensor([1.0, 2.0], device="tpu")
     with pytest.raises(NotImplementedError) as raised:
         torch.quantize_per_tensor(x, 0.1, 5, torch.qint8)
-    assert str(raised.value).startswith(QUANTIZED)
+    assert str(raised.value).startswith(QUANTIZED.format(op="quantize_per_tensor"))
 
 
-def test_quantized_factories_on_tpu_are_refused_by_the_dispatcher():
-    # no kernel for the QuantizedPrivateUse1 key, as with TorchTPU
-    with pytest.raises(
-        NotImplementedError, match="'aten::_empty_affine_quantized'.*'Quantizedtpu'"
-    ):
-        torch._empty_affine_quantized([2], scale=0.1, zero_point=0, dtype=torch.qint8, device="tpu")
+@pytest.mark.parametrize(
+    ("op", "make"),
+    [
+        (
+            "_empty_affine_quantized",
+            lambda: torch._empty_affine_quantized(
+                [2], scale=0.1, zero_point=0, dtype=torch.qint8, device="tpu"
+            ),
+        ),
+        (
+            "empty_quantized",
+            lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8).to("tpu"),
+        ),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+def test_quantized_factories_and_moves_to_tpu_are_refused(op, make):
+    with pytest.raises(NotImplementedError) as raised:
+        make()
+    assert str(raised.value).startswith(QUANTIZED.format(op=op))
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")

@@ -121,6 +121,19 @@ const OpPlan& plan_of(const c10::OperatorHandle& op) {
   return found->second;
 }
 
+// TorchTPU registers no quantized kernels (no QuantizedPrivateUse1 backend): a quantized
+// tensor cannot be on "tpu" there, nor here (a quantizer holds CPU-only state).
+[[noreturn]] void refuse_quantized(const std::string& op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "quantized tensors cannot be on the 'tpu' device (", op,
+                              " made one): TorchTPU has no quantized kernels. Quantize on the "
+                              "CPU (x.cpu()), or keep integer weights in an int8 tensor with a "
+                              "float scale on 'tpu'.");
+}
+
+void quantized_fallback(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  refuse_quantized(qualname(op));
+}
+
 [[noreturn]] void mixed_devices() {
   TORCH_CHECK(false,
               "Expected all tensors to be on the same device, but found at least two devices, "
@@ -132,7 +145,8 @@ const OpPlan& plan_of(const c10::OperatorHandle& op) {
 // One op's arguments as CPU tensors on the same memory, and the way back.
 class Unwrapped {
  public:
-  explicit Unwrapped(bool cpu_indices_ok) : cpu_indices_ok_(cpu_indices_ok) {}
+  Unwrapped(const std::string& op, bool cpu_indices_ok)
+      : op_(op), cpu_indices_ok_(cpu_indices_ok) {}
 
   // `written`: the op writes to this argument (in-place, out=): a CPU tensor there is always
   // another device's, even a 0-dim one (CPU scalars are allowed as inputs only, as on CUDA).
@@ -183,12 +197,9 @@ class Unwrapped {
     if (!out.defined() || !out.is_cpu()) {
       return out;
     }
-    // TorchTPU registers no quantized kernels (no QuantizedPrivateUse1 backend), so a
-    // quantized tensor cannot live on "tpu" there; here neither (a quantizer is CPU-only).
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        !out.is_quantized(), "quantized tensors (", out.scalar_type(),
-        ") cannot be on the 'tpu' device: TorchTPU has no quantized kernels. Quantize on the CPU "
-        "(x.cpu()), or keep integer weights in an int8 tensor with a float scale on 'tpu'.");
+    if (out.is_quantized()) {
+      refuse_quantized(op_);
+    }
     for (size_t i = 0; i < aliases_.size(); ++i) {
       if (aliases_[i].unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) {
         return originals_[i];
@@ -292,6 +303,7 @@ class Unwrapped {
     return cpu;
   }
 
+  const std::string& op_;
   bool cpu_indices_ok_;
   bool saw_tpu_ = false;
   bool saw_cpu_ = false;
@@ -376,7 +388,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t index : plan.written) {
     written.push_back((*stack)[first + index]);
   }
-  Unwrapped unwrapped(plan.cpu_indices_ok);
+  Unwrapped unwrapped(plan.name, plan.cpu_indices_ok);
   for (size_t i = first; i < stack->size(); ++i) {
     const bool writes = std::find(plan.written.begin(), plan.written.end(), i - first) !=
                         plan.written.end();
@@ -691,6 +703,10 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&quantized_fallback>());
 }
 
 }  // namespace
