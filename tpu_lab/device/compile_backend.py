@@ -151,9 +151,7 @@ def _lower(device, gm: torch.fx.GraphModule, example_inputs, emulated: bool = Fa
         def call(args):
             return compiled(args)
     else:
-
-        def call(args):
-            return gm(*args)
+        call = unsigned.runner(gm)  # ATen ops; uint16/uint32 widened where the CPU refuses
 
     def run(args):
         mark(COMPILED_GRAPH, tag)  # for an estimate that asks (one check otherwise)
