@@ -39,6 +39,7 @@ class BundledBackend(Backend):
             memory=chip.stats(),
             eager_mode=self._device.eager_mode.name,
             chip_index=chip.index,
+            hosts=topo.hosts,
         )
 
     def set_eager_mode(self, mode) -> None:
