@@ -14,7 +14,10 @@ FOLDER holds the test files read from PyTorch's repository, each at the path it 
 outside this repository; FILE is a path relative to FOLDER (default: :data:`FILES`). The report
 gives, per file: the tests paired with a twin, those that passed on the CPU, and of those the
 ones that passed on "tpu"; then every test that passed on the CPU and not on "tpu", grouped by
-its cause (the first line of its failure). A cause in :data:`EXPLAINED` is a behaviour the
+its cause (the first line of its failure). Each such "tpu" twin then runs again alone, in a
+fresh pytest process: one that passes there is counted as passed and listed apart (its CPU twin
+ran first in the same process and used up a warning PyTorch gives once per process, say). A
+cause in :data:`EXPLAINED` is a behaviour the
 bundled device shares with TorchTPU (docs/compatibility/pytorch-device-tests.md quotes
 TorchTPU's source for each); any other is unexplained. A file that does not import on this
 torch is reported with the name it lacks. Exit status 0 when no difference is unexplained, 1
@@ -130,6 +133,10 @@ class FileReport:
     #: reason -> the tests whose CPU twin passed and "tpu" twin the test itself skipped (a
     #: device restriction such as ``@onlyCPU``) or expects to fail there
     skipped: dict[str, list[str]] = field(default_factory=dict)
+    #: the tests whose "tpu" twin failed after its CPU twin in one process and passed alone
+    alone: list[str] = field(default_factory=list)
+    #: the "tpu" twins that failed, by test id (for the run alone)
+    failed_ids: list[str] = field(default_factory=list)
     import_error: str | None = None
     stopped: bool = False
 
@@ -157,6 +164,7 @@ def report(file: str, run: suites.FileRun) -> FileReport:
     if errors and not any("::" in t for t in run.results):
         result.import_error = missing_name(errors[0])
         return result
+    tpu_ids = {twin_key(t)[0]: t for t in run.results if (twin_key(t) or ("", ""))[1] == "tpu"}
     for pair in pairs(run.results):
         result.paired += 1
         if pair.cpu.status != "passed":
@@ -169,7 +177,24 @@ def report(file: str, run: suites.FileRun) -> FileReport:
             result.skipped.setdefault(pair.tpu.message, []).append(name)
         else:
             result.causes.setdefault(pair.tpu.message or pair.tpu.status, []).append(name)
+            result.failed_ids.append(tpu_ids[pair.name])
     return result
+
+
+def count_alone(result: FileReport, alone: dict[str, Outcome]) -> None:
+    """Move the "tpu" twins that passed when run alone (``alone``, by test id) out of the
+    differences."""
+    for test_id in result.failed_ids:
+        if alone.get(test_id, Outcome("not run")).status != "passed":
+            continue
+        name = twin_key(test_id)[0].split("::", 1)[1]
+        for cause, tests in list(result.causes.items()):
+            if name in tests:
+                tests.remove(name)
+                if not tests:
+                    del result.causes[cause]
+        result.alone.append(name)
+        result.tpu_passed += 1
 
 
 def render(r: FileReport) -> str:
@@ -183,6 +208,8 @@ def render(r: FileReport) -> str:
     ]
     for reason, tests in sorted(r.skipped.items(), key=lambda c: -len(c[1])):
         lines.append(f"  {len(tests)} skipped on 'tpu' by the test: {reason}")
+    for name in r.alone:
+        lines.append(f"  passed on 'tpu' when run alone (failed after its CPU twin): {name}")
     for cause, tests in sorted(r.causes.items(), key=lambda c: -len(c[1])):
         why = explained_cause(cause)
         label = f"shared with TorchTPU: {why}" if why else "UNEXPLAINED"
@@ -209,6 +236,8 @@ def markdown(reports: list[FileReport]) -> str:
         )
     lines = ["\n".join(rows), ""]
     for r in reports:
+        for name in r.alone:
+            lines.append(f"- `{r.file}`, passed on 'tpu' when run alone: `{name}`")
         for cause, tests in r.causes.items():
             why = explained_cause(cause) or "unexplained"
             lines.append(f"- `{r.file}`, {len(tests)} ({why}): `{cause}`")
@@ -216,12 +245,15 @@ def markdown(reports: list[FileReport]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def run_one(python: str, folder: Path, file: str, work: Path, timeout: float) -> suites.FileRun:
-    tag = Path(file).stem
+def run_one(
+    python: str, folder: Path, file: str, work: Path, timeout: float, nodes: list[str] = ()
+) -> suites.FileRun:
+    """One pytest process for ``file`` (only ``nodes``, test ids, where given)."""
+    tag = Path(file).stem + ("-alone" if nodes else "")
     log, cache = work / f"{tag}.jsonl", work / f"{tag}-inductor"
     env = suites.child_env(suites.WITH, log, cache)
-    extra = ["-k", SELECT[file]] if file in SELECT else []
-    return suites.run_file(python, folder, file, env, log, timeout, extra)
+    extra = ["-k", SELECT[file]] if file in SELECT and not nodes else []
+    return suites.run_file(python, folder, file, env, log, timeout, extra, nodes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,7 +276,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{file}: not in {args.folder} (read it from pytorch/pytorch)\n")
                 continue
             run = run_one(args.python, args.folder, file, Path(work), args.timeout)
-            reports.append(report(file, run))
+            result = report(file, run)
+            if result.failed_ids:
+                again = run_one(
+                    args.python, args.folder, file, Path(work), args.timeout, result.failed_ids
+                )
+                count_alone(result, again.results)
+            reports.append(result)
             print(render(reports[-1]) + "\n", flush=True)
     unexplained = sum(r.unexplained for r in reports)
     total = [sum(getattr(r, n) for r in reports) for n in ("paired", "cpu_passed", "tpu_passed")]

@@ -208,12 +208,14 @@ def run_file(
     log: Path,
     timeout: float,
     extra: list[str] | tuple[str, ...] = (),
+    nodes: list[str] | tuple[str, ...] = (),
 ) -> FileRun:
-    """Run one test file with pytest under ``python`` (``extra``: more pytest arguments); its
-    outcomes come from ``log``."""
+    """Run one test file with pytest under ``python`` (``extra``: more pytest arguments;
+    ``nodes``: only these test ids, relative to FOLDER); its outcomes come from ``log``."""
     log.unlink(missing_ok=True)
     path = folder / file
-    cmd = [python, "-m", "pytest", str(path), "--rootdir", str(folder), "-p", "run_torch_suites"]
+    targets = [str(folder / node) for node in nodes] or [str(path)]
+    cmd = [python, "-m", "pytest", *targets, "--rootdir", str(folder), "-p", "run_torch_suites"]
     cmd += ["-p", "no:cacheprovider", "-q", "--no-header", "-rN", "--tb=no", *extra]
     try:
         done = subprocess.run(

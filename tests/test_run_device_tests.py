@@ -120,7 +120,14 @@ from torch.testing._internal.common_device_type import (
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 
+SEEN = []
+
+
 class TestTwins(TestCase):
+    def test_once_per_process(self, device):
+        SEEN.append(device)
+        assert SEEN[0] == device, "ran after its twin"
+
     @dtypes(torch.float32, torch.int64)
     def test_add(self, device, dtype):
         x = torch.ones(3, device=device, dtype=dtype)
@@ -160,7 +167,11 @@ def test_a_device_generic_file_runs_with_both_instantiations(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1, out  # test_differs is not explained
     assert (
-        "test/test_twins.py: 5 paired, 5 passed on the CPU, 2 of those on 'tpu', 1 skipped" in out
+        "test/test_twins.py: 6 paired, 6 passed on the CPU, 3 of those on 'tpu', 1 skipped" in out
+    )
+    assert (
+        "passed on 'tpu' when run alone (failed after its CPU twin): "
+        "TestTwins::test_once_per_process_{device}" in out
     )
     assert "1 differ, UNEXPLAINED: AssertionError: only the CPU" in out
     assert "1 differ, shared with TorchTPU: quantized tensors" in out
