@@ -201,13 +201,22 @@ def child_env(side: str, log: Path, cache: Path, base: dict[str, str] | None = N
 
 
 def run_file(
-    python: str, folder: Path, file: str, env: dict[str, str], log: Path, timeout: float
+    python: str,
+    folder: Path,
+    file: str,
+    env: dict[str, str],
+    log: Path,
+    timeout: float,
+    extra: list[str] | tuple[str, ...] = (),
+    nodes: list[str] | tuple[str, ...] = (),
 ) -> FileRun:
-    """Run one test file with pytest under ``python``; its outcomes come from ``log``."""
+    """Run one test file with pytest under ``python`` (``extra``: more pytest arguments;
+    ``nodes``: only these test ids, relative to FOLDER); its outcomes come from ``log``."""
     log.unlink(missing_ok=True)
     path = folder / file
-    cmd = [python, "-m", "pytest", str(path), "--rootdir", str(folder), "-p", "run_torch_suites"]
-    cmd += ["-p", "no:cacheprovider", "-q", "--no-header", "-rN", "--tb=no"]
+    targets = [str(folder / node) for node in nodes] or [str(path)]
+    cmd = [python, "-m", "pytest", *targets, "--rootdir", str(folder), "-p", "run_torch_suites"]
+    cmd += ["-p", "no:cacheprovider", "-q", "--no-header", "-rN", "--tb=no", *extra]
     try:
         done = subprocess.run(
             cmd, cwd=path.parent, env=env, capture_output=True, text=True, timeout=timeout

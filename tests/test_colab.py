@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tpu_lab import colab, doctor
+from tpu_lab import _install, colab, doctor
 from tpu_lab.runtime import select
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,11 +25,51 @@ def test_the_torch_range_is_the_packages_dependency():
     assert f"torch{colab.TORCH_REQUIREMENT}" in dependencies
 
 
+HOME = "https://github.com/tpu-lab/tpu_lab"
+
+
+def test_the_projects_home_is_named_once_in_pyproject():
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls == {"Homepage": HOME}
+    assert _install.home() == HOME
+
+
+def test_an_installed_copy_reads_the_home_from_its_metadata(monkeypatch):
+    class Metadata:
+        def get_all(self, key):
+            assert key == "Project-URL"
+            return ["Documentation, https://example.org/docs", f"Homepage, {HOME}/fork"]
+
+    monkeypatch.setattr(_install, "checkout", lambda: None)
+    monkeypatch.setattr(_install.importlib.metadata, "metadata", lambda dist: Metadata())
+    assert _install.home.__wrapped__() == f"{HOME}/fork"
+
+
 def test_the_requirement_names_the_repository_never_an_index():
-    assert colab.requirement(("hf", "video")) == (
-        "tpu-lab[hf,video] @ git+https://github.com/tpu-lab/tpu_lab"
-    )
-    assert colab.requirement((), "git+file:///src/tpu_lab") == "tpu-lab @ git+file:///src/tpu_lab"
+    assert _install.requirement(("hf", "video")) == f"tpu-lab[hf,video] @ git+{HOME}"
+    assert _install.requirement((), "git+file:///src/tpu_lab") == "tpu-lab @ git+file:///src/tpu_lab"
+
+
+def test_install_hints_in_a_checkout_and_in_an_installed_copy(monkeypatch):
+    assert _install.checkout() == ROOT  # the tests run in a git checkout
+    assert _install.hint("lab") == 'pip install -e ".[lab]"'
+    assert _install.hint("hf", "tpu") == 'pip install -e ".[hf,tpu]"'
+    assert _install.hint(flags="-U") == 'pip install -U -e "."'
+    monkeypatch.setattr(_install, "checkout", lambda: None)
+    assert _install.hint("lab") == f'pip install "tpu-lab[lab] @ git+{HOME}"'
+
+
+def test_the_doctor_in_a_checkout_suggests_an_editable_install(monkeypatch):
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda d: None if d == "anywidget" else real(d))
+    rows = dict(doctor.diagnose().rows)
+    assert rows["anywidget"] == 'not installed (pip install -e ".[lab]")'
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
+def test_every_install_line_in_the_docs_names_the_projects_home(page):
+    for source in re.findall(r"git\+https://[^\s\"')`]+", page.read_text()):
+        assert source == _install.source(), page
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -56,6 +96,7 @@ def in_colab(monkeypatch):
         module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20260601-060048_RC00")
+    monkeypatch.setattr(_install, "checkout", lambda: None)  # Colab installs from the home
 
     def runtime(kind: str) -> None:
         monkeypatch.setattr(select, "tpu_hardware_present", lambda: kind == "tpu")

@@ -620,7 +620,7 @@ def test_a_missing_delegate_module_is_a_usage_error(shell, monkeypatch):
     shell.user_ns["image"] = 1
     assert usage_error(shell, "preview image") == (
         "tpu_lab.media is not part of this installation of tpu_lab; upgrade tpu-lab "
-        "(pip install -U tpu-lab)."
+        '(pip install -U -e ".").'
     )
 
 

@@ -131,5 +131,5 @@ def test_h264_unavailable_without_pyav(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_av)
     assert video_mod.h264_unavailable() == (
-        "PyAV is not installed (pip install 'tpu-lab[video]')"
+        'PyAV is not installed (pip install -e ".[video]")'
     )

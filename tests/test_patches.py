@@ -72,6 +72,19 @@ def test_torch_backends_gains_only_the_tpu_module():
     assert torch.backends.tpu.allow_excess_precision is torch.tpu.allow_excess_precision
 
 
+def test_flex_attention_lets_only_tpu_inputs_through_its_device_check():
+    from torch.nn.attention import flex_attention as module
+
+    assert "torch.nn.attention.flex_attention._validate_device" in {
+        p.target for p in patches.PATCHES
+    }
+    assert module._validate_device._tpu_lab
+    q = torch.ones(1, 1, 4, 8, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="FlexAttention does not support backward on CPU"):
+        module.flex_attention(q, q, q)
+    module._validate_device(*(q.detach().to("tpu").requires_grad_() for _ in range(3)))
+
+
 def test_no_torch_class_is_patched():
     assert [p.target for p in patches.PATCHES if "Tensor" in p.target or "Storage" in p.target] \
         == []  # fmt: skip

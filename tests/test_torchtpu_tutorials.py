@@ -338,6 +338,37 @@ def test_compiled_unsigned_ops_equal_the_eager_ones(lowering):
     torch.compiler.reset()
 
 
+@pytest.mark.parametrize("lowering", ["inductor", "aten"])
+def test_compiled_unsigned_reductions_equal_the_eager_ones(lowering):
+    """The quantization tutorial's sums of packed bits: under the ATen lowering the CPU refuses
+    them ("sum_cpu" not implemented for 'UInt32'); they wrap as in eager."""
+    from tpu_lab.device.compile_backend import lowering as use
+
+    def reduce(values):
+        bits = (values > 0).to(torch.uint32)
+        packed = bits * 2 ** torch.arange(32, dtype=torch.uint32, device=values.device)
+        return (
+            torch.sum(packed, dim=-1, dtype=torch.uint32),
+            packed.amax(dim=-1),
+            packed.cumsum(dim=-1, dtype=torch.uint32),
+            packed.sum(dim=-1),  # int64, as PyTorch promotes it
+        )
+
+    torch.manual_seed(0)
+    values = torch.randn(5, 32).to("tpu")
+    eager = reduce(values)
+    with use(lowering):
+        torch.compiler.reset()
+        compiled = torch.compile(reduce, backend="tpu")(values)
+    wide = (values.cpu() > 0).to(torch.int64) * 2 ** torch.arange(32)
+    expected = (wide.sum(-1), wide.amax(-1), wide.cumsum(-1), wide.sum(-1))
+    for got, again, want in zip(compiled, eager, expected, strict=True):
+        assert got.dtype == again.dtype
+        assert torch.equal(got.cpu(), again.cpu())
+        assert torch.equal(got.cpu(), want.to(got.dtype))
+    torch.compiler.reset()
+
+
 def test_compiled_float_pow_keeps_its_decomposition_and_the_cpus_numbers():
     x = torch.randn(64)
     torch.compiler.reset()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import torch
@@ -106,3 +107,41 @@ def test_status_of_this_process():
     assert view.status.memory.live >= x.nbytes
     bundle = view._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}
+
+
+def test_a_pod_slice_shows_its_hosts_and_chips_per_host():
+    slice_status = dataclasses.replace(
+        STATUS, topology="v6e-16", topology_shape=(4, 4, 1), chips=16, hosts=4
+    )
+    lines = StatusView(slice_status, CACHE).to_text(width=100).splitlines()
+    assert lines[3] == (
+        "  topology      v6e-16, 16 chips: 4 hosts x 4 chips (mesh 4,4,1); "
+        "this process drives 1 (tpu:0)"
+    )
+    assert "16 chips: 4 hosts x 4 chips" in StatusView(slice_status, CACHE).to_html()
+
+
+def test_the_bundled_device_reports_the_hosts_of_its_topology():
+    from tpu_lab.runtime import backend
+
+    b = backend()
+    before = b.status().topology
+    try:
+        b.use_topology("v6e-16")
+        status = b.status()
+        assert (status.chips, status.hosts) == (16, 4)
+    finally:
+        b.use_topology(before)
+    assert backend().status().hosts == 1
+
+
+def test_torchtpu_hosts_come_from_the_environment_libtpu_reads(monkeypatch):
+    from tpu_lab.runtime.torchtpu import _hosts
+
+    monkeypatch.delenv("TPU_HOST_BOUNDS", raising=False)
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES", raising=False)
+    assert _hosts() == 1
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "w-0,w-1,w-2,w-3")
+    assert _hosts() == 4
+    monkeypatch.setenv("TPU_HOST_BOUNDS", "2,2,2")
+    assert _hosts() == 8

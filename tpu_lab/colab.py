@@ -2,8 +2,9 @@
 
 tpu-lab is not published on PyPI. A ``pip install tpu-lab`` would install whatever someone
 registers under that name, in every reader's runtime, so the notebooks install from the
-project's repository, named once here (:data:`REPOSITORY`). The setup cell is self-contained
-(tpu_lab is not importable before it runs) and keeps a preinstalled torch that tpu-lab supports.
+project's home, named once in pyproject.toml's ``[project.urls]`` (:mod:`tpu_lab._install`).
+The setup cell is self-contained (tpu_lab is not importable before it runs: it carries the
+address as written when the cell was made) and keeps a preinstalled torch that tpu-lab supports.
 
 Colab is recognised as colabtools recognises itself: its package ``google.colab`` is importable
 and its kernel has ``COLAB_RELEASE_TAG`` set (colabtools' build-info handler reads it). The
@@ -17,22 +18,11 @@ import importlib.util
 import os
 import shutil
 
-#: The project's repository: the install source until a release is on PyPI.
-REPOSITORY = "https://github.com/tpu-lab/tpu_lab"
+from . import _install
+
 #: The torch versions tpu-lab supports (pyproject.toml's dependency; a test keeps them equal).
 TORCH_REQUIREMENT = ">=2.11,<2.15"
 _LOWEST, _BEYOND = (2, 11), (2, 15)
-
-
-def source() -> str:
-    """pip's form of :data:`REPOSITORY` (``git+https://…``)."""
-    return f"git+{REPOSITORY}"
-
-
-def requirement(extras: tuple[str, ...], source_url: str | None = None) -> str:
-    """``tpu-lab[extras] @ <source>``: a direct reference, so pip never looks the name up."""
-    name = f"tpu-lab[{','.join(extras)}]" if extras else "tpu-lab"
-    return f"{name} @ {source_url or source()}"
 
 
 _SETUP = '''\
@@ -72,8 +62,8 @@ def setup_cell(extras: tuple[str, ...], source_url: str | None = None) -> str:
         range=TORCH_REQUIREMENT,
         lowest=_LOWEST,
         beyond=_BEYOND,
-        repository=REPOSITORY if source_url is None else source_url,
-        requirement=requirement(extras, source_url),
+        repository=_install.home() if source_url is None else source_url,
+        requirement=_install.requirement(extras, source_url),
     )
 
 

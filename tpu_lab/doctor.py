@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
-from . import colab
+from . import _install, colab
 from .runtime import select
 from .views.base import counted
 
@@ -136,13 +136,13 @@ def diagnose() -> Report:
             r.problems.append(
                 (
                     "this machine has TPU chips but tpu_lab is simulating one.",
-                    f"pip install \"{colab.requirement(('tpu',))}\" and unset "
+                    f"{_install.hint('tpu')} and unset "
                     "TPU_LAB_BACKEND to use TorchTPU.",
                 )
             )
     for dist, extra in _OPTIONAL:
         v = _version(dist)
-        hint = f" (pip install \"{colab.requirement((extra,))}\")" if extra and v is None else ""
+        hint = f" ({_install.hint(extra)})" if extra and v is None else ""
         r.rows.append((dist, (v or "not installed") + hint))
     for var in _ENV_VARS:
         if var in os.environ:
@@ -156,7 +156,7 @@ def _colab(r: Report, real_tpu: bool) -> None:
     """Which Colab runtime this is, and what to do on it."""
     kind = colab.accelerator()
     r.rows.insert(2, ("Colab", f"{kind.upper()} runtime ({os.environ['COLAB_RELEASE_TAG']})"))
-    install = f'pip install "{colab.requirement(("hf", "tpu"))}"'
+    install = _install.hint("hf", "tpu")
     if kind == "tpu" and real_tpu:
         r.advice.append("Colab TPU runtime: tpu:0 is this runtime's TPU chip, driven by TorchTPU.")
     elif kind == "tpu":

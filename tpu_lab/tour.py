@@ -10,6 +10,8 @@ from __future__ import annotations
 import tempfile
 import time
 
+from . import _install
+
 
 def _step(title: str) -> None:
     print(f"\n== {title}")
@@ -32,7 +34,7 @@ def run() -> int:
     try:
         from transformers import LlamaForCausalLM
     except ImportError:
-        print("transformers is not installed: pip install 'tpu-lab[hf]' for this step.")
+        print(f"transformers is not installed: {_install.hint('hf')} for this step.")
         return 0
     from .models import TINY_LLAMA, save_tiny_llama
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import _install
+
 #: Where the demos listen unless told otherwise: this machine only.
 DEFAULT_HOST = "127.0.0.1"
 
@@ -20,7 +22,7 @@ def require_gradio() -> None:
     try:
         import gradio  # noqa: F401
     except ImportError as exc:
-        raise ImportError("The demo apps need gradio: pip install 'tpu-lab[demo]'") from exc
+        raise ImportError(f"The demo apps need gradio: {_install.hint('demo')}") from exc
 
 
 def serve(blocks, *, host: str, port: int | None, share: bool, block: bool):

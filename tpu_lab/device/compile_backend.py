@@ -126,10 +126,18 @@ def _wrap(device, out, pairs):
 _INDUCTOR_KEEPS_CASTS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 
 
-def _lower(device, gm: torch.fx.GraphModule, example_inputs, emulated: bool = False):
+def _lower(
+    device,
+    gm: torch.fx.GraphModule,
+    example_inputs,
+    emulated: bool = False,
+    training: bool = False,
+):
     """``emulated``: the graph holds the TPU numerics emulation's bfloat16 roundings, which
     Inductor must keep (by default it drops a float32 -> bfloat16 -> float32 round trip; where
-    it cannot keep them, the graph runs as traced, on ATen ops)."""
+    it cannot keep them, the graph runs as traced, on ATen ops). ``training``: the graph is a
+    forward or backward of a training step; one that holds flex_attention runs as traced too
+    (Inductor compiles it for the CPU in inference only), as its eager ops would."""
     from ..estimate.recorded import COMPILED_GRAPH, CompiledGraph
 
     device.compiled_graphs += 1
@@ -137,7 +145,8 @@ def _lower(device, gm: torch.fx.GraphModule, example_inputs, emulated: bool = Fa
     device.compiled.append(CompiledGraph.of(gm, f"compiled graph {tag}"))
     mark = device.core.op_log_mark
     _retarget(gm)
-    if _lowering() == "inductor" and (_INDUCTOR_KEEPS_CASTS or not emulated):
+    inductor = _lowering() == "inductor" and _inductor_can_lower(gm, training)
+    if inductor and (_INDUCTOR_KEEPS_CASTS or not emulated):
         from torch._inductor.compile_fx import compile_fx_inner
         from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -151,9 +160,7 @@ def _lower(device, gm: torch.fx.GraphModule, example_inputs, emulated: bool = Fa
         def call(args):
             return compiled(args)
     else:
-
-        def call(args):
-            return gm(*args)
+        call = unsigned.runner(gm)  # ATen ops; uint16/uint32 widened where the CPU refuses
 
     def run(args):
         mark(COMPILED_GRAPH, tag)  # for an estimate that asks (one check otherwise)
@@ -165,6 +172,21 @@ def _lower(device, gm: torch.fx.GraphModule, example_inputs, emulated: bool = Fa
 
     run._boxed_call = True
     return run
+
+
+#: Higher-order ops that Inductor compiles for the CPU in inference only ("torch.compile on
+#: CPU only supports inference"; their backward has GPU templates alone).
+_INFERENCE_ONLY_ON_CPU = ("flex_attention", "flex_attention_backward")
+
+
+def _inductor_can_lower(gm: torch.fx.GraphModule, training: bool) -> bool:
+    """Whether Inductor's CPU code generator lowers ``gm`` (a graph of a training step that
+    holds flex_attention does not)."""
+    return not training or not any(
+        getattr(n.target, "__name__", None) in _INFERENCE_ONLY_ON_CPU
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+    )
 
 
 _DYNAMIC_REFUSED = (
@@ -194,7 +216,13 @@ def tpu_backend(device, gm: torch.fx.GraphModule, example_inputs):
     if emulated:
         decompositions = {**decompositions, **device.graph_decompositions}
     lower = functools.partial(_lower, device, emulated=emulated)
-    backend = aot_autograd(fw_compiler=lower, bw_compiler=lower, decompositions=decompositions)
+    train = functools.partial(lower, training=True)
+    backend = aot_autograd(
+        fw_compiler=train,
+        bw_compiler=train,
+        inference_compiler=lower,
+        decompositions=decompositions,
+    )
     return backend(gm, example_inputs)
 
 

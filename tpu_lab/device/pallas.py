@@ -20,9 +20,9 @@ import typing
 
 import torch
 
+from .. import _install
 from ..errors import NotSimulatedError, TpuLabError
 
-_EXTRA = "pip install 'tpu-lab[pallas]' (JAX for the CPU: jax[cpu])"
 _SCALARS = (int, float, bool, str)
 
 
@@ -31,7 +31,10 @@ def require_jax():
     try:
         import jax
     except ImportError as exc:
-        raise TpuLabError(f"Pallas kernels on the bundled device need JAX: {_EXTRA}.") from exc
+        raise TpuLabError(
+            f"Pallas kernels on the bundled device need JAX: {_install.hint('pallas')} "
+            "(JAX for the CPU: jax[cpu])."
+        ) from exc
     _start_cpu_backend(jax)
     return jax
 

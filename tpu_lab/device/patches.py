@@ -41,6 +41,12 @@ PATCHES = (
         "as always; torch.get_float32_matmul_precision stays PyTorch's (modes.install)",
     ),
     Patch(
+        "torch.nn.attention.flex_attention._validate_device",
+        "as TorchTPU's loader does (_patch_flex_attention), 'tpu' inputs pass flex_attention's "
+        "device check, with or without gradients; inputs on other devices are checked as "
+        "always (flex_attention.py)",
+    ),
+    Patch(
         "torch.backends.tpu (a new module: torch.backends and sys.modules gain it)",
         "TorchTPU's tutorials set torch.backends.tpu.allow_excess_precision; it is the setting "
         "torch.tpu.allow_excess_precision holds, nothing else in torch.backends changes "

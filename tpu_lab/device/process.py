@@ -233,7 +233,7 @@ def current() -> Device:
 
 def _create() -> Device:
     """Make "tpu" a PyTorch device backed by the compiled core (see :mod:`.core`)."""
-    from . import autocast, backends_tpu, compile_backend, dropout, rnn, tpu_module
+    from . import autocast, backends_tpu, compile_backend, dropout, flex_attention, rnn, tpu_module
     from .core import load
 
     core = load()
@@ -251,5 +251,6 @@ def _create() -> Device:
     compile_backend.register(device)
     modes.install(device.set_global_precision)
     backends_tpu.register(device)  # torch.backends.tpu.allow_excess_precision (tutorials)
+    flex_attention.register()  # "tpu" passes flex_attention's device check, as in TorchTPU
     _libraries.extend([fallback, library])
     return device

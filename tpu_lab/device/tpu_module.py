@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import _install
 from ..errors import NotSimulatedError
 from . import modes, streams
 from .compile_cache import PerfStats
@@ -183,7 +184,7 @@ class _NotSimulated(types.ModuleType):
             raise AttributeError(f"module '{self.__name__}' has no attribute '{attr}'")
         raise NotSimulatedError(
             f"{self.__name__}.{attr} runs only on a real TPU with TorchTPU "
-            "(pip install 'tpu-lab[tpu]' on a TPU VM); the bundled device does not simulate it."
+            f"({_install.hint('tpu')} on a TPU VM); the bundled device does not simulate it."
         )
 
 

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import _install
 from ..errors import SpmdError
 from . import _engine
 from ._client import client
@@ -110,7 +111,7 @@ class Cluster:
             import ipyparallel as ipp
         except ImportError as exc:
             raise SpmdError(
-                "The cluster needs ipyparallel: pip install 'tpu-lab[cluster]'"
+                f"The cluster needs ipyparallel: {_install.hint('cluster')}"
             ) from exc
         if self.state != "stopped":
             raise SpmdError(f"The cluster is already {self.state}; stop() or restart() it.")

@@ -194,9 +194,11 @@ def module(name: str):
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
+            from .. import _install
+
             raise UsageError(
                 f"{name} is not part of this installation of tpu_lab; upgrade tpu-lab "
-                "(pip install -U tpu-lab)."
+                f"({_install.hint(flags='-U')})."
             ) from None
         raise
 

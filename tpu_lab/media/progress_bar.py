@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import IO, Any
 
+from .. import _install
 from ..errors import MediaError
 
 
@@ -17,7 +18,7 @@ def _tqdm_class(notebook: bool | None) -> Any:
         else:
             from tqdm.std import tqdm
     except ImportError as exc:  # tqdm comes with diffusers (through huggingface_hub)
-        raise ImportError("The progress bar needs tqdm: pip install 'tpu-lab[hf]'") from exc
+        raise ImportError(f"The progress bar needs tqdm: {_install.hint('hf')}") from exc
     return tqdm
 
 

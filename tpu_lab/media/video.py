@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _install
 from ..errors import MediaError
 
 #: x264 settings: constant quality 20 (visually clean), the "veryfast" speed preset.
@@ -71,7 +72,7 @@ def h264_unavailable() -> str | None:
     try:
         import av
     except ImportError:
-        return "PyAV is not installed (pip install 'tpu-lab[video]')"
+        return f"PyAV is not installed ({_install.hint('video')})"
     try:
         av.codec.Codec("libx264", "w")
     except Exception as exc:  # av raises its own UnknownCodecError / FFmpegError

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import _install
+
 #: The tiny Llama of the tour and the benchmarks ("tiny-Llama" in the README's figures).
 TINY_LLAMA = {
     "vocab_size": 256,
@@ -29,7 +31,7 @@ def save_tiny_llama(folder: str | Path, seed: int = 0, **config) -> Path:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError as exc:
-        raise ImportError("The tiny Llama needs transformers: pip install 'tpu-lab[hf]'") from exc
+        raise ImportError(f"The tiny Llama needs transformers: {_install.hint('hf')}") from exc
     torch.manual_seed(seed)
     LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, **config})).save_pretrained(folder)
     return Path(folder)

@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .. import _install
 from ..errors import CharsInputError, TpuLabError
 
 try:
@@ -29,7 +30,7 @@ try:
     from transformers import AutoModelForCausalLM
 except ImportError as exc:
     raise ImportError(
-        "The text model needs transformers and safetensors: pip install 'tpu-lab[hf]'"
+        f"The text model needs transformers and safetensors: {_install.hint('hf')}"
     ) from exc
 
 #: The model folder shipped inside the package.

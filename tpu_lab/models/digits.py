@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import _install
 from ..errors import DigitsInputError, TpuLabError
 
 try:
@@ -35,7 +36,7 @@ try:
     from diffusers.utils.torch_utils import randn_tensor
 except ImportError as exc:
     raise ImportError(
-        "The digits model needs diffusers and safetensors: pip install 'tpu-lab[hf]'"
+        f"The digits model needs diffusers and safetensors: {_install.hint('hf')}"
     ) from exc
 
 #: The pipeline folder shipped inside the package.

@@ -25,6 +25,8 @@ class DeviceStatus:
     eager_mode: str
     #: The index in the topology of the first chip this process drives (``memory`` is its HBM).
     chip_index: int = 0
+    #: The hosts the topology spans (a pod slice: several, ``chips // hosts`` chips each).
+    hosts: int = 1
 
 
 class Backend(abc.ABC):

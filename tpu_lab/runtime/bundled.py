@@ -40,6 +40,7 @@ class BundledBackend(Backend):
             memory=chip.stats(),
             eager_mode=self._device.eager_mode.name,
             chip_index=chip.index,
+            hosts=topo.hosts,
         )
 
     def recording(self, on=None, title: str = "block"):

@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 
+from .. import _install
 from ..errors import BackendConflictError, DeviceCoreError
 from .base import Backend
 from .torch_tpu_finder import is_standin, real_spec
@@ -77,7 +78,7 @@ def _pick() -> Backend:
         if state == "absent":
             raise BackendConflictError(
                 f"{BACKEND_ENV}=torchtpu but torch-tpu is not installed. On a TPU VM: "
-                "pip install 'tpu-lab[tpu]'. Elsewhere use the bundled device "
+                f"{_install.hint('tpu')}. Elsewhere use the bundled device "
                 f"({BACKEND_ENV}=auto)."
             )
         import torch_tpu  # noqa: F401

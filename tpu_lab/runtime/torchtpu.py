@@ -7,6 +7,8 @@ Verified against the torch-tpu 0.2.0 Python API without hardware; the numbers th
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..bus import BUS
@@ -38,17 +40,19 @@ class TorchTPUBackend(Backend):
     def status(self) -> DeviceStatus:
         tpu = torch.tpu
         mesh = _host_topology()
+        hosts = _hosts()
         return DeviceStatus(
             backend=f"TorchTPU {_version()}",
             simulated=False,
             device_name=tpu.get_device_name(),
             topology=mesh[0],
             topology_shape=mesh[1],
-            chips=mesh[2],
+            chips=mesh[2] * hosts,
             devices_in_process=torch.accelerator.device_count(),
             memory=self.memory(),
             eager_mode=getattr(tpu.eager_mode, "name", str(tpu.eager_mode)),
             chip_index=0,  # torch-tpu 0.2.0 does not say which chip of the host tpu:0 is
+            hosts=hosts,
         )
 
     def set_eager_mode(self, mode) -> None:
@@ -86,3 +90,17 @@ def _host_topology() -> tuple[str, tuple[int, ...], int]:
     for d in shape:
         chips *= d
     return name, shape, chips
+
+
+def _hosts() -> int:
+    """The hosts of the slice, from the environment libtpu reads (``TPU_HOST_BOUNDS``, else
+    the workers named in ``TPU_WORKER_HOSTNAMES``); one where neither is set."""
+    import os
+
+    bounds = [
+        int(x) for x in os.environ.get("TPU_HOST_BOUNDS", "").split(",") if x.strip().isdigit()
+    ]
+    if bounds:
+        return math.prod(bounds)
+    workers = [w for w in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if w.strip()]
+    return max(1, len(workers))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import traitlets
 
-from .. import session
+from .. import _install, session
 from ..errors import TpuLabError
 from ..events import Event, EventLog, Snapshot, cell_times
 from ..runtime import DeviceStatus, backend
@@ -49,7 +49,7 @@ try:
     import anywidget
 except ImportError as exc:  # the [lab] extra
     raise ImportError(
-        "The live dashboard needs anywidget: pip install 'tpu-lab[lab]'. Without it, "
+        f"The live dashboard needs anywidget: {_install.hint('lab')}. Without it, "
         "tpu_lab.status() and tpu_lab.event_log() render the same information as text and HTML."
     ) from exc
 
@@ -65,7 +65,8 @@ def widget_file(name: str) -> Path:
             return folder / name
     raise FileNotFoundError(
         f"The widget file {name!r} is missing from {package / '_widgets'} and "
-        f"{package.parent / 'widgets'}; reinstall tpu-lab (pip install --force-reinstall tpu-lab)."
+        f"{package.parent / 'widgets'}; reinstall tpu-lab "
+        f"({_install.hint(flags='--force-reinstall')})."
     )
 
 

@@ -70,7 +70,7 @@ class StatusView(View):
             ("generation", s.device_name),
             (
                 "topology",
-                f"{s.topology}, {counted(s.chips, 'chip')} (mesh {shape}); "
+                f"{s.topology}, {self._chips_text()} (mesh {shape}); "
                 f"this process drives {s.devices_in_process} (tpu:0)",
             ),
             ("eager mode", s.eager_mode + (f" ({known.value})" if known else "")),
@@ -78,6 +78,15 @@ class StatusView(View):
         if self.record:
             rows += [("compile cache", self._cache_text()), ("events", self._events_text())]
         return rows
+
+    def _chips_text(self) -> str:
+        """``4 chips``, or on a pod slice ``16 chips: 4 hosts x 4 chips``."""
+        s = self.status
+        if s.hosts <= 1:
+            return counted(s.chips, "chip")
+        return (
+            f"{counted(s.chips, 'chip')}: {s.hosts} hosts x {counted(s.chips // s.hosts, 'chip')}"
+        )
 
     def _cache_text(self) -> str:
         c = self.cache

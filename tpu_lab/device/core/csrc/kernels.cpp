@@ -19,6 +19,7 @@
 
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -78,7 +79,9 @@ struct OpPlan {
   std::string name;
   int generator = -1;           // index of a `Generator?` argument
   bool seeded = false;          // random, without a generator argument (CPU default generator)
-  bool cpu_indices_ok = false;  // index ops accept CPU index tensors, as CUDA's do
+  // index ops accept CPU index tensors, as CUDA's indexing does (index_fill too: PyTorch's
+  // device-generic tests fill "tpu" tensors at CPU indices, which only CUDA skips)
+  bool cpu_indices_ok = false;
   bool dot = false;             // runs on the MXU: its precision is part of a compiled op's key
   std::vector<size_t> written;  // arguments the op writes to (in-place, out=)
 };
@@ -100,8 +103,9 @@ OpPlan make_plan(const c10::OperatorHandle& op) {
   }
   plan.seeded = plan.generator < 0 && op.hasTag(at::Tag::nondeterministic_seeded);
   const std::string base = plan.name.substr(0, plan.name.find('.'));
-  plan.cpu_indices_ok =
-      base == "index" || base == "index_put" || base == "index_put_" || base == "_index_put_impl_";
+  plan.cpu_indices_ok = base == "index" || base == "index_put" || base == "index_put_" ||
+                        base == "_index_put_impl_" || base == "index_fill" ||
+                        base == "index_fill_";
   plan.dot = is_dot_op(plan.name);
   return plan;
 }
@@ -117,6 +121,19 @@ const OpPlan& plan_of(const c10::OperatorHandle& op) {
   return found->second;
 }
 
+// TorchTPU registers no quantized kernels (no QuantizedPrivateUse1 backend): a quantized
+// tensor cannot be on "tpu" there, nor here (a quantizer holds CPU-only state).
+[[noreturn]] void refuse_quantized(const std::string& op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "quantized tensors cannot be on the 'tpu' device (", op,
+                              " made one): TorchTPU has no quantized kernels. Quantize on the "
+                              "CPU (x.cpu()), or keep integer weights in an int8 tensor with a "
+                              "float scale on 'tpu'.");
+}
+
+void quantized_fallback(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  refuse_quantized(qualname(op));
+}
+
 [[noreturn]] void mixed_devices() {
   TORCH_CHECK(false,
               "Expected all tensors to be on the same device, but found at least two devices, "
@@ -128,11 +145,18 @@ const OpPlan& plan_of(const c10::OperatorHandle& op) {
 // One op's arguments as CPU tensors on the same memory, and the way back.
 class Unwrapped {
  public:
-  explicit Unwrapped(bool cpu_indices_ok) : cpu_indices_ok_(cpu_indices_ok) {}
+  Unwrapped(const std::string& op, bool cpu_indices_ok)
+      : op_(op), cpu_indices_ok_(cpu_indices_ok) {}
 
-  c10::IValue unwrap(const c10::IValue& value) {
+  // `written`: the op writes to this argument (in-place, out=): a CPU tensor there is always
+  // another device's, even a 0-dim one (CPU scalars are allowed as inputs only, as on CUDA).
+  c10::IValue unwrap(const c10::IValue& value, bool written = false) {
     if (value.isTensor()) {
-      return unwrap_tensor(value.toTensor());
+      const at::Tensor& t = value.toTensor();
+      if (written && t.defined() && t.is_cpu()) {
+        saw_cpu_ = true;
+      }
+      return unwrap_tensor(t);
     }
     if (value.isTensorList()) {
       auto list = value.toTensorList();
@@ -172,6 +196,9 @@ class Unwrapped {
   at::Tensor wrap(const at::Tensor& out) {
     if (!out.defined() || !out.is_cpu()) {
       return out;
+    }
+    if (out.is_quantized()) {
+      refuse_quantized(op_);
     }
     for (size_t i = 0; i < aliases_.size(); ++i) {
       if (aliases_[i].unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) {
@@ -276,6 +303,7 @@ class Unwrapped {
     return cpu;
   }
 
+  const std::string& op_;
   bool cpu_indices_ok_;
   bool saw_tpu_ = false;
   bool saw_cpu_ = false;
@@ -360,9 +388,11 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t index : plan.written) {
     written.push_back((*stack)[first + index]);
   }
-  Unwrapped unwrapped(plan.cpu_indices_ok);
+  Unwrapped unwrapped(plan.name, plan.cpu_indices_ok);
   for (size_t i = first; i < stack->size(); ++i) {
-    (*stack)[i] = unwrapped.unwrap((*stack)[i]);
+    const bool writes = std::find(plan.written.begin(), plan.written.end(), i - first) !=
+                        plan.written.end();
+    (*stack)[i] = unwrapped.unwrap((*stack)[i], writes);
   }
   unwrapped.check_devices();
   if (has_narrow_unsigned(op.schema(), *stack, first)) {  // uint16/uint32: see unsigned.cpp
@@ -675,6 +705,10 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&quantized_fallback>());
+}
+
 }  // namespace
 
 int register_cpu_kernels() {
@@ -704,6 +738,12 @@ int register_cpu_kernels() {
       qualified += "." + name.overload_name;
     }
     library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    ++count;
+  }
+  // Composite kernels that refuse devices other than CPU, CUDA and XPU ("mode only supports
+  // CPU, CUDA and XPU device type"): the fallback runs them on the CPU, as for CPU tensors.
+  for (const char* qualified : {"mode.values"}) {
+    library->impl(qualified, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
     ++count;
   }
   return count;
