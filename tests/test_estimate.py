@@ -28,7 +28,7 @@ from tpu_lab.estimate.ops import OpSignature, flops, op_name
 from tpu_lab.estimate.trace import Recorder
 from tpu_lab.hardware.topology import GENERATIONS
 from tpu_lab.views import view
-from tpu_lab.views.estimate import EstimateView
+from tpu_lab.views.estimate import EstimateView, seconds_text
 
 aten = torch.ops.aten
 BF16 = torch.bfloat16
@@ -353,7 +353,8 @@ def test_an_estimate_draws_as_text_at_a_fixed_width_and_as_html():
     assert isinstance(view(e), EstimateView)
     assert view(e).to_text(width=100) == (
         "Estimated TPU time (estimate of an idealised chip, not a measurement): relu(x @ w)\n"
-        "25.1 µs on TPU v5e (eager), launch-bound\n"
+        f"expected about {seconds_text(e.expected_seconds)} (idealised bound 25.1 µs) on TPU "
+        "v5e (eager), launch-bound\n"
         "537 MFLOP (padded to the 128x128 MXU: 537 MFLOP, waste 0.0%); MXU utilisation 10.8%; "
         "HBM 4.00 MiB\n"
         "time terms: MXU 2.73 µs, HBM 5.12 µs, launches 20 µs\n"

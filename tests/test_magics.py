@@ -319,9 +319,9 @@ def test_time_cell_shows_the_estimate_for_the_chip_in_use(shell):
     host, estimated = out.splitlines()[:2]
     assert "(host time on the simulated device)" in host
     assert re.fullmatch(
-        r"cell: estimated on an idealised TPU v5e chip \(not a measurement\): [0-9.]+ µs "
-        r"\((compute|memory|launch)-bound; MXU \d+%, padding waste 0%; top: aten\.mm \d+%, "
-        r"aten\.fill_ \d+%\)", estimated)
+        r"cell: estimated on an idealised TPU v5e chip \(not a measurement\): expected about "
+        r"[0-9.]+ µs \(idealised bound [0-9.]+ µs\) \((compute|memory|launch)-bound; MXU \d+% "
+        r"of the bound, padding waste 0%; top: aten\.mm \d+%, aten\.fill_ \d+%\)", estimated)
 
 
 # --- the event log --------------------------------------------------------------------------
@@ -681,7 +681,7 @@ def test_plan_shows_the_estimate_of_its_step(shell):
 
     from tpu_lab.models.shapes import TRANSFORMER_CONFIG
     from tpu_lab.sharding import plan
-    from tpu_lab.views.estimate import seconds_text
+    from tpu_lab.views.estimate import seconds_text, usd_text
 
     llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
@@ -698,10 +698,12 @@ def test_plan_shows_the_estimate_of_its_step(shell):
     ):  # fmt: skip
         _, _, (bundle,), _ = run(shell, f"%tpu plan {line}")
         text = " ".join(bundle["text/plain"].split())  # the lines unwrapped
-        rate = f"{expected.throughput:,.0f} {unit}/s on all chips"
+        rate = f"{expected.expected_throughput:,.0f} {unit}/s on all chips"
         assert f"{label}{expected.title}" in text
-        assert (f"{seconds_text(expected.seconds)} on {expected.chip.product} (compiled), "
+        assert (f"expected about {seconds_text(expected.expected_seconds)} (idealised bound "
+                f"{seconds_text(expected.seconds)}) on {expected.chip.product} (compiled), "
                 f"{expected.bound}-bound; {rate}") in text
+        assert f"list price (not a quote) {usd_text(expected.usd_per_step())} per step" in text
         assert expected.verdict.startswith("fits in HBM: ") and expected.verdict in text
         assert seconds_text(expected.seconds) in bundle["text/html"]
     _, _, (bundle,), _ = run(shell, "%tpu plan llama --chips 4 --batch 2 --seq 32 --estimate none")

@@ -16,7 +16,7 @@ from tpu_lab.sharding import plan, simulate
 from tpu_lab.sharding.info import REPLICATE, Split, layout_info, model_layout, shard
 from tpu_lab.units import format_bytes
 from tpu_lab.views import figure
-from tpu_lab.views.estimate import seconds_text
+from tpu_lab.views.estimate import seconds_text, usd_text
 from tpu_lab.views.sharding import (
     CHIP_COLORS,
     LayoutView,
@@ -108,7 +108,7 @@ HBM, TPU v5e: 16.00 GiB per chip
 def test_plan_text(tiny_plan):
     estimate = tiny_plan.estimate("forward")
     peak = format_bytes(int(estimate.peak_hbm_bytes))
-    assert view(tiny_plan).to_text(80).splitlines()[:17] == [
+    assert view(tiny_plan).to_text(80).splitlines()[:19] == [
         "Plan: LlamaForCausalLM (config), tensor parallel over 4 chips of TPU v6e",
         "  (v6e-4), f32 weights",
         f"fits in HBM: peak {peak} of 32.00 GiB per chip (estimate, compiled), forward",
@@ -118,14 +118,19 @@ def test_plan_text(tiny_plan):
         "weights: 113.31 KiB per chip (449.31 KiB unsharded)",
         "Estimated TPU time (estimate of an idealised chip, not a measurement):",
         "  LlamaForCausalLM forward: batch 2 x seq 16 on 4 x TPU v6e (Trillium) (tp 4)",
-        f"{seconds_text(estimate.seconds)} on TPU v6e (Trillium) (compiled), "
-        f"{estimate.bound}-bound; {estimate.throughput:,.0f} tokens/s on",
-        "  all chips",
+        f"expected about {seconds_text(estimate.expected_seconds)} (idealised bound "
+        f"{seconds_text(estimate.seconds)}) on TPU v6e (Trillium)",
+        f"  (compiled), {estimate.bound}-bound; {estimate.expected_throughput:,.0f} tokens/s on "
+        "all chips",
+        f"list price (not a quote) {usd_text(estimate.usd_per_step())} per step on 4 chips at "
+        "$2.70 per chip-hour",
+        "  on-demand (us-central1, read 2026-12-06); "
+        f"{usd_text(estimate.usd_per(1e6))} per million tokens",
         "HBM, TPU v6e: 32.00 GiB per chip",
         "  █ weights, ░ temporaries, ▪ inputs, · free",
         "  at the estimated peak of the forward step (compiled), at "
-        f"{estimate.memory.at}: an",
-        "  estimate, not a measurement",
+        f"{estimate.memory.at}: an estimate,",
+        "  not a measurement",
         f"  chip 0  │························│ {peak} (<1%)",
         f"  chip 1  │························│ {peak} (<1%)",
         f"  chip 2  │························│ {peak} (<1%)",

@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..hardware.chips import Chip
+from ..hardware.prices import price
 from ..units import format_bytes
 from .memory import Memory
 
@@ -111,8 +112,35 @@ class Estimate:
     notes: tuple[str, ...] = ()
     memory: Memory | None = None
     task: str = ""  # a model's step: "forward", "train" or "decode" ("" for other programs)
+    #: The time a real run is expected to take (see :func:`tpu_lab.estimate.graph.
+    #: expected_seconds`): ``seconds`` is the idealised bound, which no run beats.
+    expected_seconds: float = 0.0
 
     label = LABEL
+
+    def usd_per_step(self, commitment: str = "on-demand") -> float | None:
+        """The list price of one run on all the estimate's chips at the expected time
+        (:mod:`tpu_lab.hardware.prices`; a device of a chip that shows two is half a chip);
+        ``None`` where no price of the generation and commitment is published."""
+        p = price(self.chip.generation, commitment)
+        if not p.known:
+            return None
+        chip_hours = self.expected_seconds / 3600 * self.chips / self.chip.devices_per_chip
+        return chip_hours * p.usd_per_chip_hour
+
+    def usd_per(self, items: float, commitment: str = "on-demand") -> float | None:
+        """The list price of making ``items`` of the estimate's unit (``1e6`` tokens, one
+        image, a training run's tokens) at this run's rate; ``None`` without a price or
+        without items."""
+        step = self.usd_per_step(commitment)
+        if step is None or not self.items:
+            return None
+        return step * items / self.items
+
+    @property
+    def expected_throughput(self) -> float | None:
+        """``items`` per second at the expected time (all chips together)."""
+        return self.items / self.expected_seconds if self.items and self.expected_seconds else None
 
     @property
     def peak_hbm_bytes(self) -> float | None:
