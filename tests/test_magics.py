@@ -676,6 +676,32 @@ def test_a_double_dash_where_a_value_goes_is_a_usage_error(shell):
     assert usage_error(shell, "parity t -- --").startswith("%tpu parity: '--' is not a value\n")
 
 
+def test_plan_choose_weighs_every_slice_and_says_what_it_needs(shell):
+    from transformers import LlamaConfig
+
+    from tpu_lab.sharding import choose
+
+    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
+    shell.user_ns.update(llama=llama)
+    _, _, (bundle,), _ = run(shell, "%tpu plan llama --choose --batch 8 --seq 64 "
+                                    "--generation v5e,v6e --max-chips 8 --tokens 1e9")
+    found = choose(llama, "train", batch=8, seq=64, generations=("v5e", "v6e"), max_chips=8,
+                   tokens=1e9)
+    assert bundle["text/plain"] == tpu_lab.view(found).to_text()
+    assert "a run of 1e+09 tokens" in bundle["text/plain"]
+    assert "<img" in bundle["text/html"] and found.best.slice in bundle["text/html"]
+    assert usage_error(shell, "plan llama --choose --batch 8").splitlines()[0] == (
+        "%tpu plan: --choose weighs the slices for one step: give --batch and --seq (or "
+        "--image-size for an image model)")
+    assert "leave out --chips" in usage_error(shell, "plan llama --choose --chips 4 --batch 8 "
+                                                     "--seq 64")
+    assert usage_error(shell, "plan llama --chips 4 --max-chips 8").splitlines()[0] == (
+        "%tpu plan: --max-chips goes with --choose")
+    assert "Unknown TPU generation 'v9'" in usage_error(
+        shell, "plan llama --choose --batch 8 --seq 64 --generation v9")
+
+
 def test_plan_shows_the_estimate_of_its_step(shell):
     from transformers import LlamaConfig
 

@@ -30,9 +30,16 @@ __all__ = [
 
 
 def figure(obj, name: str | None = None, estimate=None):
-    """A matplotlib figure of ``obj``'s sharding: a plan's or mesh run's mesh and per-chip
-    memory (a plan's with ``estimate``: at its step's estimated peak), a module's layout, a
-    tensor's shards (titled ``name``); see :func:`tpu_lab.views.sharding_figures.figure`."""
+    """A matplotlib figure of ``obj``: a slice chooser's options, by expected time and list
+    price (:func:`tpu_lab.views.choice.figure`); else its sharding: a plan's or mesh run's mesh
+    and per-chip memory (a plan's with ``estimate``: at its step's estimated peak), a module's
+    layout, a tensor's shards (titled ``name``); see
+    :func:`tpu_lab.views.sharding_figures.figure`."""
+    if any((c.__module__, c.__qualname__) == ("tpu_lab.sharding.chooser", "Choice")
+           for c in type(obj).__mro__):
+        from .choice import figure as choice_figure
+
+        return choice_figure(obj)
     from .sharding_figures import figure as sharding_figure
 
     return sharding_figure(obj, name, estimate)
