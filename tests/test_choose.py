@@ -14,7 +14,7 @@ from tpu_lab.hardware.chips import CHIPS
 from tpu_lab.hardware.topology import GENERATIONS
 from tpu_lab.sharding import choose, plan
 from tpu_lab.sharding import step_estimate as steps
-from tpu_lab.sharding.chooser import LEAST_RECOMPUTE, TP_DEGREES, extrapolate
+from tpu_lab.sharding.chooser import LEAST_RECOMPUTE, TP_DEGREES, extrapolate, slices, weigh
 from tpu_lab.sharding.published_configs import config as published
 from tpu_lab.views import view
 
@@ -192,3 +192,20 @@ def test_inference_splits_the_batch_over_replicas():
                  max_chips=8, dtype=torch.bfloat16)
     assert got.options and all(o.remat == "none" and o.fsdp == 1 for o in got.options)
     assert {o.data for o in got.options} > {1}
+
+
+def test_weigh_is_one_option_as_choose_weighs_it_and_refuses_a_split_with_the_fix(small_hbm):
+    config = LlamaConfig(**SMALL)
+    got = choose(config, "train", batch=16, seq=256, generations=("v5e", "v6e"), max_chips=16)
+    for o in got.options[:4]:
+        same = weigh(config, generation=o.generation, devices=o.devices, tp=o.tp, batch=16,
+                     seq=256, remat=o.remat)
+        assert (same.slice, same.parallelism, same.fits) == (o.slice, o.parallelism, True)
+        assert same.seconds == pytest.approx(o.seconds, rel=1e-12)
+    assert slices("v6e", 16) == (1, 4, 8, 16) and slices("v7", 4) == (2, 4, 8)
+    with pytest.raises(TopologyError, match="no slice of 6 devices; its slices: 1, 4, 8"):
+        weigh(config, generation="v6e", devices=6, batch=6, seq=64)
+    with pytest.raises(ShardingError, match="try tp 1, 2, 4, 8"):
+        weigh(config, generation="v6e", devices=8, tp=3, batch=8, seq=64)
+    with pytest.raises(ShardingError, match="multiple of the 8 FSDP chips .* got 3, try 8"):
+        weigh(config, generation="v6e", devices=8, batch=3, seq=64)

@@ -37,7 +37,7 @@ from .info import dtype_name
 from .plan import Plan, plan
 from .remat import POLICIES
 from .remat import check as remats_check
-from .step_estimate import check_task
+from .step_estimate import check_task, fingerprint
 
 #: The tensor-parallel degrees tried inside a host.
 TP_DEGREES = (1, 2, 4, 8)
@@ -390,3 +390,62 @@ def choose(config, task: str = "train", *, batch: int, seq: int | None = None,
     title = f"{first.model} {task}: batch {batch} x {what}, {dtype_name(dtype)}, {mode}"
     return Choice(title, task, commitment, by_time, by_cost, _pareto(options), considered,
                   search.estimated, tuple(generations), max_chips, tokens)
+
+
+#: The estimators of the last few models :func:`weigh` was asked about (their layouts kept).
+_ESTIMATORS: dict[tuple, _Estimator] = {}
+
+
+def slices(generation: str, max_chips: int = 256) -> tuple[int, ...]:
+    """The slices of ``generation`` up to ``max_chips`` chips, as the devices they show
+    (``'v6e'`` -> 1, 4, 8, 16, ...; a TPU7x chip shows two)."""
+    if generation not in GENERATIONS:
+        raise TopologyError(f"Unknown TPU generation {generation!r}; known: "
+                            f"{', '.join(GENERATIONS)}.")
+    return tuple(d for d, _ in _slices(generation, max_chips))
+
+
+def weigh(config, task: str = "train", *, generation: str, devices: int, tp: int = 1,
+          batch: int, seq: int | None = None, image_size: tuple[int, int] | None = None,
+          frames: int | None = None, remat: str = "none", mode: str = "compiled",
+          dtype: torch.dtype = torch.bfloat16, commitment: str = "on-demand",
+          text_tokens: int | None = None) -> Option:
+    """One way to run the step, as :func:`choose` weighs each: ``devices`` of ``generation``
+    (one of :func:`slices`), tensor parallel ``tp`` and the rest FSDP (training) or data
+    parallel replicas (inference), with ``remat``; its estimate (expected time, peak HBM per
+    chip, whether it fits) and list price. Fast on a second call for the same model and step
+    shape (the layouts and recordings are kept): what an interactive control calls as a
+    slider moves."""
+    check_task(task)
+    remats_check(remat)
+    found = slices(generation, 1 << 20)
+    if devices not in found:
+        raise TopologyError(f"TPU {generation} has no slice of {devices} devices; its slices: "
+                            f"{', '.join(map(str, found))}.")
+    hosts = dict(_slices(generation, 1 << 20))[devices]
+    if tp not in TP_DEGREES or tp > devices // hosts or devices % tp:
+        fitting = [t for t in TP_DEGREES if t <= devices // hosts and devices % t == 0]
+        raise ShardingError(f"tensor parallelism of {tp} does not split {generation}-{devices} "
+                            f"({devices // hosts} devices a host); try tp "
+                            f"{', '.join(map(str, fitting))}.")
+    rest = devices // tp
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 or batch % rest:
+        near = max(rest, batch // rest * rest) if isinstance(batch, int) else rest
+        raise ShardingError(f"batch must be a positive multiple of the {rest} "
+                            f"{'FSDP' if task == 'train' else 'data-parallel'} chips beside "
+                            f"tensor parallelism of {tp}; got {batch!r}, try {near}.")
+    price(generation, commitment)
+    key = (id(config), fingerprint(config), str(dtype), seq, image_size, frames, text_tokens)
+    estimator = _ESTIMATORS.get(key)
+    if estimator is None:
+        estimator = _Estimator(config, dtype, seq, image_size, frames, text_tokens)
+        _ESTIMATORS.clear()  # one model at a time: a widget weighs one
+        _ESTIMATORS[key] = estimator
+    if not estimator.splits(tp):
+        raise ShardingError(f"{estimator.base(1, estimator.sampled[0]).model}'s heads do not "
+                            f"split over {tp} chips; try a tensor parallelism that divides them.")
+    fsdp, data = (rest, 1) if task == "train" else (1, rest)
+    gen = GENERATIONS[generation]
+    e = estimator.estimate(task, generation, tp, fsdp, data, batch, remat, mode)
+    return Option(generation, devices // gen.devices_per_chip, devices, tp, fsdp, data, remat, e,
+                  commitment)

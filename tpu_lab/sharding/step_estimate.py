@@ -360,7 +360,7 @@ def _fsdp_spans(plan, program: Program, recording: StepRecording) -> tuple[Span,
     return tuple(spans)
 
 
-def _fingerprint(obj) -> str | None:
+def fingerprint(obj) -> str | None:
     """A text that equal configs share (None: do not reuse a recording of ``obj``)."""
     if hasattr(obj, "to_json_string"):
         return f"{type(obj).__name__}:{obj.to_json_string()}"
@@ -427,7 +427,7 @@ def _at_batch(family: _Family, batch: int, record) -> StepRecording:
 def _recorded(plan, task: str, text_tokens: int | None, remat: str, optimizer: str
               ) -> StepRecording:
     """The step's recording (its layout not yet applied), reused where it can be."""
-    found = _fingerprint(plan.obj)
+    found = fingerprint(plan.obj)
 
     def record() -> StepRecording:
         return _record(plan, task, text_tokens, remat, optimizer)
