@@ -689,7 +689,7 @@ def test_plan_choose_weighs_every_slice_and_says_what_it_needs(shell):
     found = choose(llama, "train", batch=8, seq=64, generations=("v5e", "v6e"), max_chips=8,
                    tokens=1e9)
     assert bundle["text/plain"] == tpu_lab.view(found).to_text()
-    assert "a run of 1e+09 tokens" in bundle["text/plain"]
+    assert "a run of 1B tokens" in bundle["text/plain"]
     assert "<img" in bundle["text/html"] and found.best.slice in bundle["text/html"]
     assert usage_error(shell, "plan llama --choose --batch 8").splitlines()[0] == (
         "%tpu plan: --choose weighs the slices for one step: give --batch and --seq (or "

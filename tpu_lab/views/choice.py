@@ -6,13 +6,16 @@ bounds the step and its list price; the Pareto front of time and price marked an
 from __future__ import annotations
 
 import base64
+import textwrap
 
-from ..units import format_bytes
 from .base import View, clip, esc, terminal_width
 from .estimate import seconds_text, usd_text
 
+#: A peak above this share of HBM is marked: XLA's own scratch buffers and fragmentation, which
+#: the estimate does not model, may not fit beside it.
+TIGHT = 0.9
 #: The columns of the table.
-HEAD = ("", "slice", "chips", "split", "remat", "expected/step", "bound", "peak HBM/chip",
+HEAD = ("", "slice (chips)", "split", "remat", "expected (bound)", "bound", "peak HBM/chip",
         "$/step", "$ per")
 
 
@@ -25,6 +28,14 @@ def _per_unit(option) -> tuple[str, str]:
     return ("-" if usd is None else usd_text(usd)), unit
 
 
+def _of(used: float, capacity: int) -> str:
+    """``'15.96/32 GiB'``: the peak in the capacity's unit."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if capacity >= scale:
+            return f"{used / scale:.2f}/{capacity / scale:g} {unit}"
+    return f"{used:.0f}/{capacity} B"
+
+
 def rows(choice, top: int | None) -> list[tuple[str, ...]]:
     """One row per option that fits, fastest first (``top`` of them; None: all)."""
     front = set(choice.pareto)
@@ -32,14 +43,21 @@ def rows(choice, top: int | None) -> list[tuple[str, ...]]:
     for o in choice.options[:top]:
         e = o.estimate
         usd = o.usd_per_step
-        per, unit = _per_unit(o)
+        per, _ = _per_unit(o)
         out.append((
-            "*" if o in front else "", o.slice, f"{o.chips:g}", o.parallelism, o.remat,
+            "*" if o in front else "", f"{o.slice} ({o.chips:g})", o.parallelism, o.remat,
             f"{seconds_text(e.expected_seconds)} ({seconds_text(e.seconds)})", e.bound,
-            f"{format_bytes(int(e.peak_hbm_bytes))} of {format_bytes(e.hbm_capacity)}",
-            "no price" if usd is None else usd_text(usd), f"{per}/{unit}" if per != "-" else "-",
+            _of(e.peak_hbm_bytes, e.hbm_capacity) + (
+                " !" if e.peak_hbm_bytes > TIGHT * e.hbm_capacity else ""),
+            "no price" if usd is None else usd_text(usd),
+            per,
         ))
     return out
+
+
+def _head(choice) -> tuple[str, ...]:
+    unit = _per_unit(choice.options[0])[1] if choice.options else "M tokens"
+    return (*HEAD[:-1], f"$/{unit}")
 
 
 def headline(choice) -> list[str]:
@@ -59,11 +77,19 @@ def headline(choice) -> list[str]:
     if cheapest.usd_per_step is not None:
         lines.append(f"cheapest per step: {_short(cheapest)}")
     if choice.tokens and cheapest.usd_per_step is not None:
-        lines.append(f"a run of {choice.tokens:,.4g} tokens: "
+        lines.append(f"a run of {_amount(choice.tokens)} tokens: "
                      f"{usd_text(choice.usd_per_run(cheapest))} on {cheapest.slice} "
                      f"({_run_time(choice, cheapest)}), "
                      f"{_run_cost(choice, best)} on {best.slice} ({_run_time(choice, best)})")
     return lines
+
+
+def _amount(n: float) -> str:
+    """``1.5e13`` -> ``'15T'``."""
+    for word, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{word}"
+    return f"{n:g}"
 
 
 def _short(o) -> str:
@@ -83,9 +109,10 @@ def _run_cost(choice, o) -> str:
     return "no published price" if usd is None else usd_text(usd)
 
 
-FOOT = ("* on the Pareto front: no other option is both faster and cheaper. expected/step: "
-        "the expected time (the idealised bound in brackets); bound: what the idealised chip "
-        "waits on most.")
+FOOT = ("* on the Pareto front: no other option is both faster and cheaper. expected (bound): "
+        "a step's expected time, its idealised bound in brackets; bound: what the idealised "
+        "chip waits on most. ! within a tenth of HBM: XLA's scratch buffers and fragmentation, "
+        "not in the estimate, may not fit beside it.")
 
 
 class ChoiceView(View):
@@ -97,17 +124,20 @@ class ChoiceView(View):
 
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
-        lines = [clip(h, width) if i else h for i, h in enumerate(headline(self.choice))]
+        lines = [w for h in headline(self.choice)
+                 for w in textwrap.wrap(h, width, subsequent_indent="  ",
+                                        break_on_hyphens=False)]
         body = rows(self.choice, self.top)
         if body:
-            widths = [max(len(h), *(len(r[k]) for r in body)) for k, h in enumerate(HEAD)]
-            for r in (HEAD, *body):
-                lines.append(clip("  " + "  ".join(v.ljust(w) for v, w in zip(
+            head = _head(self.choice)
+            widths = [max(len(h), *(len(r[k]) for r in body)) for k, h in enumerate(head)]
+            for r in (head, *body):
+                lines.append(clip(" ".join(v.ljust(w) for v, w in zip(
                     r, widths, strict=True)).rstrip(), width))
             hidden = len(self.choice.options) - len(body)
             if hidden > 0:
                 lines.append(f"  ... {hidden} more (tpu_lab.view(choice, top=None))")
-            lines.append(clip(FOOT, width) if width >= len(FOOT) else FOOT)
+            lines += textwrap.wrap(FOOT, width, subsequent_indent="  ", break_on_hyphens=False)
         return "\n".join(lines)
 
     def to_html(self) -> str:
@@ -115,7 +145,8 @@ class ChoiceView(View):
         body = rows(self.choice, self.top)
         table = ""
         if body:
-            table = ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in HEAD) + "</tr>"
+            table = ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in _head(self.choice))
+                     + "</tr>"
                      + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>"
                                for r in body) + "</table>"
                      + f"<div style='font-size:smaller'>{esc(FOOT)}</div>")

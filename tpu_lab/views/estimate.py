@@ -40,8 +40,10 @@ def times_text(e: Estimate) -> str:
 
 
 def usd_text(usd: float) -> str:
-    """``'$1,234.50'``, ``'$2.70'``, ``'$0.0042'`` (cents above a dollar, three figures
-    below)."""
+    """``'$16,103,158'``, ``'$234.50'``, ``'$2.70'``, ``'$0.0042'`` (whole dollars from a
+    thousand, cents above a dollar, three figures below)."""
+    if usd >= 1000:
+        return f"${usd:,.0f}"
     return f"${usd:,.2f}" if usd >= 1 else f"${usd:.3g}"
 
 
