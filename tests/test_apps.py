@@ -171,13 +171,16 @@ def test_the_report_estimates_the_tpu_time_of_the_request(client, server):
                 batch=6, image_size=(8, 8)).estimate("forward", mode="eager")  # CFG: 2 x 3
     estimate = report["estimate"]
     assert estimate["parts"] == [{"part": "UNet", "model": "UNet2DModel", "calls": 5,
-                                  "seconds": 5 * step.seconds, "bound": step.bound}]
+                                  "seconds": 5 * step.seconds,
+                                  "expected_seconds": 5 * step.expected_seconds,
+                                  "bound": step.bound}]
     assert estimate["seconds"] == 5 * step.seconds
     assert estimate["seconds_per_image"] == 5 * step.seconds / 3
     label = f"estimated on an idealised TPU {generation} (not a measurement)"
     assert estimate["label"] == label and estimate["mode"] == "eager"
-    assert (f"TPU time: {seconds_text(5 * step.seconds / 3)} per image, {label}, on 1 chip, "
-            f"eager: UNet {seconds_text(5 * step.seconds)} (5 x UNet2DModel, "
+    assert (f"TPU time: expected about {seconds_text(5 * step.expected_seconds / 3)} per image "
+            f"(idealised bound {seconds_text(5 * step.seconds / 3)}), {label}, on 1 chip, "
+            f"eager: UNet {seconds_text(5 * step.expected_seconds)} (5 x UNet2DModel, "
             f"{step.bound}-bound)") in html
     *_, unguided = _call(client, count=3, steps=5, guidance=1, mode=COMPILED.value)
     step = plan({"_class_name": "UNet2DModel", **unet.config}, chips=1, generation=generation,

@@ -151,7 +151,9 @@ def test_the_report_estimates_each_part_of_the_request(client, server):
     assert estimate["seconds"] == estimate["seconds_per_image"] == total
     label = "estimated on an idealised TPU v6e (not a measurement)"
     assert estimate["label"] == label
-    assert f"TPU time: {seconds_text(total)} per image, {label}, on 1 chip, eager: " in html
+    expected = sum(calls * e.expected_seconds for _, calls, e in parts)
+    assert (f"TPU time: expected about {seconds_text(expected)} per image (idealised bound "
+            f"{seconds_text(total)}), {label}, on 1 chip, eager: ") in html
     assert "+ VAE decode " in html and "(1 x AutoencoderKL, " in html
 
 

@@ -131,5 +131,7 @@ def test_the_report_estimates_each_part_of_the_clip(client, server):
         (name, calls, calls * e.seconds) for name, calls, e in parts]
     total = sum(calls * e.seconds for _, calls, e in parts)
     assert estimate["seconds_per_clip"] == total
-    assert (f"TPU time: {seconds_text(total)} per clip, estimated on an idealised TPU v6e (not a "
-            "measurement), on 1 chip, eager: transformer ") in html
+    expected = sum(calls * e.expected_seconds for _, calls, e in parts)
+    assert (f"TPU time: expected about {seconds_text(expected)} per clip (idealised bound "
+            f"{seconds_text(total)}), estimated on an idealised TPU v6e (not a measurement), on "
+            "1 chip, eager: transformer ") in html
