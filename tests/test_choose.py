@@ -3,6 +3,7 @@ again (a program at another batch from two recordings, a deep model from two sha
 each checked against doing the work in full."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +17,9 @@ from tpu_lab.sharding import choose, plan
 from tpu_lab.sharding import step_estimate as steps
 from tpu_lab.sharding.chooser import LEAST_RECOMPUTE, TP_DEGREES, extrapolate, slices, weigh
 from tpu_lab.sharding.published_configs import config as published
-from tpu_lab.views import view
+from tpu_lab.views import figure, view
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
 
 SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=4, vocab_size=512)
@@ -164,6 +167,8 @@ def test_llama_70b_training_has_options_on_three_generations_and_its_first_choic
     assert any(o.usd_per_step for o in got.options)
     text = view(got).to_text()
     assert got.best.slice in text and "list price" in text
+    ARTIFACTS.mkdir(exist_ok=True)  # the picture of docs/estimates.md
+    figure(got).savefig(ARTIFACTS / "choose-llama-70b.png")
 
 
 def test_choose_refuses_what_it_cannot_search_with_the_fix():

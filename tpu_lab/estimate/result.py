@@ -112,8 +112,9 @@ class Estimate:
     notes: tuple[str, ...] = ()
     memory: Memory | None = None
     task: str = ""  # a model's step: "forward", "train" or "decode" ("" for other programs)
-    #: The time a real run is expected to take (see :func:`tpu_lab.estimate.graph.
-    #: expected_seconds`): ``seconds`` is the idealised bound, which no run beats.
+    #: The time a real run is expected to take
+    #: (:func:`tpu_lab.estimate.graph.expected_seconds`): ``seconds`` is the idealised bound,
+    #: which no run beats.
     expected_seconds: float = 0.0
 
     label = LABEL
