@@ -133,7 +133,7 @@ def controls(inputs: SliceInputs, step: Step) -> list[Control]:
     rest = devices // tp
     made = [
         _select("generation", "generation", gen,
-                [(g, f"{g} · {GENERATIONS[g].chip.product}") for g in GENERATIONS],
+                [(g, GENERATIONS[g].chip.product) for g in GENERATIONS],
                 "the TPU generation"),
         _select("devices", "slice", devices,
                 [(d, f"{gen}-{d} · {_chips(gen, d)}"
