@@ -760,3 +760,56 @@ def test_plan_finds_the_largest_batch_and_refuses_a_bad_step(shell):
     assert usage_error(shell, "plan llama --chips 1 --max-batch").startswith(
         "%tpu plan: --max-batch needs the length of a step: give --seq (or --image-size for an "
         "image model)\n")
+
+
+def test_plan_widget_opens_the_slice_widget_at_the_given_slice(shell):
+    pytest.importorskip("anywidget", reason="the slice widget needs the [lab] extra")
+    from transformers import LlamaConfig
+
+    from tpu_lab.views.slice_widget import SliceWidget
+
+    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
+    shell.user_ns.update(llama=llama)
+    _, _, (bundle,), _ = run(shell, "%tpu plan llama --widget --batch 8 --seq 64 --generation v5p "
+                                    "--chips 4 --remat full --commitment spot")
+    expected = SliceWidget(llama, "train", batch=8, seq=64, generation="v5p", devices=4,
+                           remat="full", commitment="spot")
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"] == expected.view().to_text()
+    assert "v5p-4 (4 chips) · tp 1 x fsdp 4 · remat full" in bundle["text/plain"]
+    # without --generation: the current topology's generation and chips, as %tpu plan takes them
+    tpu_lab.use_topology("v5e-8")
+    _, _, (bundle,), _ = run(shell, "%tpu plan llama --widget --estimate forward --batch 8 "
+                                    "--seq 64")
+    assert "v5e-8 (8 chips) · tp 1 x data 8" in bundle["text/plain"]
+
+
+def test_plan_widget_says_what_it_needs(shell):
+    from transformers import LlamaConfig
+
+    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
+    shell.user_ns.update(llama=llama)
+    first = lambda line: usage_error(shell, line).splitlines()[0]  # noqa: E731
+    assert first("plan llama --widget --batch 8") == (
+        "%tpu plan: --widget weighs one step: give --batch and --seq (or --image-size for an "
+        "image model)")
+    assert first("plan llama --widget --choose --batch 8 --seq 64") == (
+        "%tpu plan: --widget shows one slice at a time with controls, --choose ranks them all: "
+        "give one of them")
+    assert first("plan llama --widget --batch 8 --seq 64 --tokens 1e9") == (
+        "%tpu plan: --widget weighs a step as --choose does (AdamW for training): leave out "
+        "--tokens")
+    assert first("plan llama --widget --batch 8 --seq 64 --estimate none") == (
+        "%tpu plan: --widget needs a task: --estimate forward|train|decode, or leave it out "
+        "(train)")
+    pytest.importorskip("anywidget", reason="the slice widget needs the [lab] extra")
+    assert usage_error(shell, "plan llama --widget --batch 6 --seq 64 --generation v6e "
+                              "--chips 16") == (
+        "batch must be a positive multiple of the 4 FSDP chips beside tensor parallelism of 4; "
+        "got 6, try 4.")
+    assert usage_error(shell, "plan llama --widget --estimate forward --remat full --batch 8 "
+                              "--seq 64 --generation v6e --chips 4") == (
+        "remat 'full' checkpoints a training step's activations; a forward step keeps none: use "
+        "'none'.")

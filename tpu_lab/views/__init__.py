@@ -3,8 +3,9 @@
 The data they draw lives elsewhere and stays plain; :func:`view` finds the picture of a data
 object (:mod:`.lookup`). One module per picture: the device's status, HBM, the event log and an
 explanation, the recompile timeline, the dashboard widget, a preview, a profile, sharding
-(:mod:`.sharding`, figures in :mod:`.sharding_figures`: :func:`figure`), the cluster and an
-SPMD cell.
+(:mod:`.sharding`, figures in :mod:`.sharding_figures`: :func:`figure`), which slice
+(:mod:`.choice`, and the interactive :class:`SliceWidget` of :mod:`.slice_widget`), the
+cluster and an SPMD cell.
 """
 
 from __future__ import annotations
@@ -43,3 +44,11 @@ def figure(obj, name: str | None = None, estimate=None):
     from .sharding_figures import figure as sharding_figure
 
     return sharding_figure(obj, name, estimate)
+
+
+def __getattr__(name: str):
+    if name == "SliceWidget":  # anywidget is imported only when the widget is asked for
+        from .slice_widget import SliceWidget
+
+        return SliceWidget
+    raise AttributeError(f"module 'tpu_lab.views' has no attribute '{name}'")
