@@ -166,7 +166,7 @@ def test_llama_70b_training_has_options_on_three_generations_and_its_first_choic
         assert o.remat != "none"  # 70B at 8192 tokens a sequence needs its activations dropped
     assert any(o.usd_per_step for o in got.options)
     text = view(got).to_text()
-    assert got.best.slice in text and "list price" in text
+    assert got.best.slice_name in text and "list price" in text
     ARTIFACTS.mkdir(exist_ok=True)  # the picture of docs/estimates.md
     figure(got).savefig(ARTIFACTS / "choose-llama-70b.png")
 
@@ -205,7 +205,7 @@ def test_weigh_is_one_option_as_choose_weighs_it_and_refuses_a_split_with_the_fi
     for o in got.options[:4]:
         same = weigh(config, generation=o.generation, devices=o.devices, tp=o.tp, batch=16,
                      seq=256, remat=o.remat)
-        assert (same.slice, same.parallelism, same.fits) == (o.slice, o.parallelism, True)
+        assert (same.slice_name, same.parallelism, same.fits) == (o.slice_name, o.parallelism, True)
         assert same.seconds == pytest.approx(o.seconds, rel=1e-12)
     assert slices("v6e", 16) == (1, 4, 8, 16) and slices("v7", 4) == (2, 4, 8)
     with pytest.raises(TopologyError, match="no slice of 6 devices; its slices: 1, 4, 8"):
@@ -214,3 +214,17 @@ def test_weigh_is_one_option_as_choose_weighs_it_and_refuses_a_split_with_the_fi
         weigh(config, generation="v6e", devices=8, tp=3, batch=8, seq=64)
     with pytest.raises(ShardingError, match="multiple of the 8 FSDP chips .* got 3, try 8"):
         weigh(config, generation="v6e", devices=8, batch=3, seq=64)
+
+
+def test_a_run_priced_on_the_fastest_and_the_cheapest_names_each_once():
+    one = choose(LlamaConfig(**SMALL), "train", batch=8, seq=128, generations=("v6e",),
+                 max_chips=1, tokens=1e6)
+    assert one.best is one.by_cost[0]
+    run = next(line for line in view(one).to_text().splitlines() if line.startswith("a run of"))
+    assert run.count(" on v6e-1 ") == 1 and run.startswith("a run of 1M tokens: $")
+    both = choose(LlamaConfig(**SMALL), "train", batch=8, seq=128, generations=("v6e", "v7"),
+                  max_chips=8, tokens=1e6)
+    assert both.best is not both.by_cost[0]  # v7 is faster, v6e has a price
+    run = next(line for line in view(both).to_text().splitlines() if line.startswith("a run of"))
+    assert f"on {both.best.slice_name} (" in run and f"on {both.by_cost[0].slice_name} (" in run
+    assert " h)" not in run  # a run of minutes reads in seconds, not 1.8e-05 h

@@ -652,8 +652,8 @@ def test_completions_of_a_line():
     assert completions("%tpu events --cell 3 --") == ["--kind", "--last", "--help"]
     assert completions("%tpu plan cfg --chips 4 --") == [
         "--generation", "--batch", "--seq", "--image-size", "--frames", "--dtype", "--estimate",
-        "--mode", "--remat", "--optimizer", "--max-batch",
-        "--help"]  # fmt: skip
+        "--mode", "--remat", "--optimizer", "--max-batch", "--choose", "--widget", "--max-chips",
+        "--commitment", "--tokens", "--help"]  # fmt: skip
     assert completions("%tpu plan ", ["cfg", "_x"]) == ["cfg"]
     assert completions("%tpu plan cfg ", ["cfg"]) == []
     assert completions("%tpu nosuch ") == []
@@ -690,7 +690,7 @@ def test_plan_choose_weighs_every_slice_and_says_what_it_needs(shell):
                    tokens=1e9)
     assert bundle["text/plain"] == tpu_lab.view(found).to_text()
     assert "a run of 1B tokens" in bundle["text/plain"]
-    assert "<img" in bundle["text/html"] and found.best.slice in bundle["text/html"]
+    assert "<img" in bundle["text/html"] and found.best.slice_name in bundle["text/html"]
     assert usage_error(shell, "plan llama --choose --batch 8").splitlines()[0] == (
         "%tpu plan: --choose weighs the slices for one step: give --batch and --seq (or "
         "--image-size for an image model)")

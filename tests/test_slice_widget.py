@@ -58,8 +58,8 @@ def same(w, task: str = "train", **step) -> None:
               tp=i["tp"], batch=i["batch"], seq=i["seq"], image_size=size, remat=i["remat"],
               commitment=i["commitment"], **step)
     e = o.estimate
-    assert (w.option.slice, w.option.parallelism, w.option.remat) == (
-        o.slice, o.parallelism, o.remat)
+    assert (w.option.slice_name, w.option.parallelism, w.option.remat) == (
+        o.slice_name, o.parallelism, o.remat)
     assert w.option.estimate.expected_seconds == pytest.approx(e.expected_seconds, rel=1e-9)
     shown = figures(w)
     assert shown["expected"]["value"] == seconds_text(e.expected_seconds)

@@ -64,7 +64,8 @@ class Option:
     commitment: str = "on-demand"
 
     @property
-    def slice(self) -> str:
+    def slice_name(self) -> str:
+        """The slice as Cloud TPU names its size: generation-chips, e.g. ``v6e-128``."""
         return f"{self.generation}-{self.devices}"
 
     @property

@@ -280,7 +280,7 @@ def result(inputs: SliceInputs, option: Option, step: Step) -> SliceResult:
         lines.append(f"{_count(e.expected_throughput)} {e.unit}/s expected on all {chips}")
     lines.append(cost_text(e, commitment))
     lines += [f"note: {n}" for n in e.notes]
-    return {"title": f"{option.slice} ({chips}) · {option.parallelism}{remat}",
+    return {"title": f"{option.slice_name} ({chips}) · {option.parallelism}{remat}",
             "figures": figures, "lines": lines, "priced": per_step is not None}
 
 

@@ -45,7 +45,7 @@ def rows(choice, top: int | None) -> list[tuple[str, ...]]:
         usd = o.usd_per_step
         per, _ = _per_unit(o)
         out.append((
-            "*" if o in front else "", f"{o.slice} ({o.chips:g})", o.parallelism, o.remat,
+            "*" if o in front else "", f"{o.slice_name} ({o.chips:g})", o.parallelism, o.remat,
             f"{seconds_text(e.expected_seconds)} ({seconds_text(e.seconds)})", e.bound,
             _of(e.peak_hbm_bytes, e.hbm_capacity) + (
                 " !" if e.peak_hbm_bytes > TIGHT * e.hbm_capacity else ""),
@@ -77,10 +77,12 @@ def headline(choice) -> list[str]:
     if cheapest.usd_per_step is not None:
         lines.append(f"cheapest per step: {_short(cheapest)}")
     if choice.tokens and cheapest.usd_per_step is not None:
-        lines.append(f"a run of {_amount(choice.tokens)} tokens: "
-                     f"{usd_text(choice.usd_per_run(cheapest))} on {cheapest.slice} "
-                     f"({_run_time(choice, cheapest)}), "
-                     f"{_run_cost(choice, best)} on {best.slice} ({_run_time(choice, best)})")
+        runs = [f"{usd_text(choice.usd_per_run(cheapest))} on {cheapest.slice_name} "
+                f"({_run_time(choice, cheapest)})"]
+        if best is not cheapest:
+            runs.append(
+                f"{_run_cost(choice, best)} on {best.slice_name} ({_run_time(choice, best)})")
+        lines.append(f"a run of {_amount(choice.tokens)} tokens: {', '.join(runs)}")
     return lines
 
 
@@ -94,13 +96,16 @@ def _amount(n: float) -> str:
 
 def _short(o) -> str:
     usd = o.usd_per_step
-    return (f"{o.slice} ({o.parallelism}, remat {o.remat}): expected about "
+    return (f"{o.slice_name} ({o.parallelism}, remat {o.remat}): expected about "
             f"{seconds_text(o.seconds)} a step, {o.estimate.bound}-bound, "
             + ("no published price" if usd is None else f"{usd_text(usd)} a step"))
 
 
 def _run_time(choice, o) -> str:
-    hours = o.seconds * choice.tokens / o.estimate.items / 3600
+    seconds = o.seconds * choice.tokens / o.estimate.items
+    if seconds < 360:  # under a tenth of an hour
+        return seconds_text(seconds)
+    hours = seconds / 3600
     return f"{hours:,.0f} h" if hours >= 10 else f"{hours:.2g} h"
 
 
@@ -186,7 +191,7 @@ def figure(choice):
         ax.plot([o.seconds for o in front], [o.usd_per_step for o in front], color=TEXT,
                 linewidth=1, zorder=0, label="Pareto front")
         for o in front:
-            ax.annotate(o.slice, (o.seconds, o.usd_per_step), textcoords="offset points",
+            ax.annotate(o.slice_name, (o.seconds, o.usd_per_step), textcoords="offset points",
                         xytext=(4, 4), fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")

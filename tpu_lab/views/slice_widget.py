@@ -53,7 +53,7 @@ class SliceWidget(anywidget.AnyWidget):
     shows two devices), by default the generation's largest one-host slice; ``tp``: the tensor
     parallelism, the rest of the slice FSDP (training) or data-parallel replicas (inference),
     by default the least that splits the batch; ``max_chips``: the largest slice offered.
-    :attr:`option` is the weighed option the widget shows."""
+    ``option`` is the weighed option the widget shows."""
 
     _esm = widget_file("slice.js")
     _css = widget_file("slice.css")
