@@ -10,6 +10,7 @@ import os
 import sys
 import warnings
 
+from . import _drawn
 from ._version import __version__
 from .errors import (
     BackendConflictError,
@@ -96,6 +97,16 @@ def __getattr__(name: str):
 
         return explain
     raise AttributeError(f"module 'tpu_lab' has no attribute '{name}'")
+
+
+def _text_of(obj) -> str:
+    """``str()`` of a data object (a plan, an estimate, the status...): its picture's text."""
+    from .views import view
+
+    return view(obj).to_text()
+
+
+_drawn.install(_text_of)
 
 
 def use_topology(name: str) -> str:

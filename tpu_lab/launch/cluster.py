@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import _install
+from .._drawn import Drawn
 from ..errors import SpmdError
 from . import _engine
 from ._client import client
@@ -65,7 +66,7 @@ class Rank:
 
 
 @dataclass(frozen=True)
-class ClusterState:
+class ClusterState(Drawn):
     """A cluster at one moment: its state ("stopped", "starting", "ready", "broken"), the
     backend its ranks run, and each rank's pid and state ("running", "exited", or how it
     failed: "raised", "died", "hung")."""

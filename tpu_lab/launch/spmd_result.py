@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .._drawn import Drawn
+
 
 @dataclass(frozen=True)
 class RankFailure:
@@ -35,7 +37,7 @@ class ShardedValue:
 
 
 @dataclass(frozen=True)
-class SpmdResult:
+class SpmdResult(Drawn):
     """One SPMD cell: rank 0's output and result, gathered sharding, every rank's events."""
 
     topology: str

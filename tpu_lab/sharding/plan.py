@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .._drawn import Drawn
 from ..errors import ShardingError, TopologyError
 from ..hardware.topology import GENERATIONS, Generation, parse_topology
 from .info import REPLICATE, ModelLayout, Split, TensorLayout, layout_info, shard
@@ -266,7 +267,7 @@ def _divides(name, style, shape, split: Split, chips: int) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Drawn):
     """A tensor-parallel plan computed without weights: the layout and the weights each chip
     holds; with a step (``batch`` and ``seq`` or ``image_size``), :meth:`estimate` gives its
     time and peak HBM per chip, :meth:`max_batch` the largest batch that fits (its picture:
