@@ -67,7 +67,7 @@ def test_explanation_text():
 
 def test_explain_errors_are_clear():
     with pytest.raises(
-        tpu_lab.TpuLabError, match="Event 4 is a 'sync' event; only recompile and cache_miss events"
+        tpu_lab.TpuLabError, match="Event 4 is a 'sync' event; only recompiles, cache misses and graph breaks"
     ):
         ExplanationView(SYNC)
     with pytest.raises(tpu_lab.TpuLabError, match=r"No event #999999 in the log"):
