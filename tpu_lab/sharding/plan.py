@@ -193,6 +193,16 @@ def _check_heads(model, covered: dict, chips: int) -> None:
                 )
 
 
+def check_heads(model: torch.nn.Module, chips: int, tp_plan: dict | None = None) -> None:
+    """Raise the planner's :class:`ShardingError` when ``model``'s plan (its own, updated with
+    ``tp_plan``) splits attention heads that do not divide over ``chips`` (a cluster asks this
+    of a model whose tensor-parallel forward failed on every rank)."""
+    plan = model_tp_plan(model)
+    plan.update(tp_plan or {})
+    if plan and chips > 1:
+        _check_heads(model, resolve_plan(model, plan), chips)
+
+
 def _divisors(n: int) -> str:
     found = [d for d in range(1, min(n, 64) + 1) if n % d == 0]
     return ", ".join(map(str, found)) + (", ..." if n > 64 else "")
