@@ -770,3 +770,40 @@ def test_explain_covers_a_fullgraph_graph_break_and_a_split_function(shell):
     assert "keep the value a tensor inside the compiled function" in text
     assert "h runs as several graphs with Python between them" in text
     torch._dynamo.reset()
+
+
+def test_a_mixed_device_error_names_the_cells_tensors_and_the_fix(shell):
+    """In a notebook the device's mixed-device error is told for the cell: which name is on
+    which device, the move that fixes it; the Trainer's setting only where accelerate is."""
+    run(shell, "import torch\nmodel = torch.nn.Linear(4, 2)\nx = torch.ones(1, 4, device='tpu')")
+    _, _, _, result = run(shell, "y = model(x)")
+    cell = result.execution_count
+    assert str(result.error_in_exec) == (
+        "Expected all tensors to be on the same device, but found at least two devices, tpu:0 "
+        f"and cpu! In In[{cell}]:1, 'y = model(x)': model (a model) is on cpu, x (a tensor) is "
+        "on tpu:0. Move the model to the chip: model.to('tpu') (once, before the call).")
+    _, _, _, result = run(shell, "a = torch.ones(3, device='tpu'); b = torch.ones(3)\na + b")
+    assert str(result.error_in_exec).endswith(
+        "'a + b': a (a tensor) is on tpu:0, b (a tensor) is on cpu. Move b to the chip: "
+        "b.to('tpu').")
+    _, _, _, result = run(shell, "torch.ones(3, device='tpu') + torch.ones(3)")
+    assert str(result.error_in_exec) == (
+        "Expected all tensors to be on the same device, but found at least two devices, tpu:0 "
+        "and cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu()).")
+
+
+def test_the_trainers_setting_is_named_only_where_accelerate_is_in_the_traceback():
+    from tpu_lab.magics.devices_error import ACCELERATE_FIX, retold
+
+    scope: dict = {}
+    exec(compile("def prepare(a, b):\n    return a + b\n", "/site/accelerate/ops.py", "exec"),
+         scope)
+    with pytest.raises(RuntimeError) as info:
+        scope["prepare"](torch.ones(3, device="tpu"), torch.ones(3))
+    told = retold(info.value, info.tb)
+    assert told.endswith("(or the 'tpu' one with .cpu()). " + ACCELERATE_FIX)
+    assert ACCELERATE_FIX.endswith("set ACCELERATE_TORCH_DEVICE=tpu before the Trainer starts.")
+    with pytest.raises(RuntimeError) as info:
+        torch.ones(3, device="tpu") + torch.ones(3)
+    assert "ACCELERATE" not in retold(info.value, info.tb)
+    assert retold(ValueError("other"), None) is None
