@@ -44,12 +44,14 @@ __all__ = [
     "TpuLabError",
     "__version__",
     "backend",
+    "cache_counts",
     "dashboard",
     "estimating",
     "event_log",
     "explain",
     "load_ipython_extension",
     "preview",
+    "scratch",
     "status",
     "timed",
     "use_topology",
@@ -80,7 +82,7 @@ def event_log(kind: str | None = None, cell: int | None = None):
 
 
 def __getattr__(name: str):
-    if name in ("timed", "estimating"):
+    if name in ("timed", "estimating", "cache_counts"):
         from . import timing
 
         return getattr(timing, name)
@@ -107,6 +109,18 @@ def _text_of(obj) -> str:
 
 
 _drawn.install(_text_of)
+
+
+#: The folder, under the working directory, that the teaching notebooks write to (git ignores
+#: every folder of this name: running a notebook leaves the checkout as it was).
+SCRATCH = "scratch"
+
+
+def scratch(name: str = "") -> str:
+    """``scratch/name``: where a notebook writes what it makes (a saved model, a tensor, a
+    script), the folder created; ``tpu_lab.scratch("tiny-llama")``."""
+    os.makedirs(SCRATCH, exist_ok=True)
+    return os.path.join(SCRATCH, name) if name else SCRATCH
 
 
 def use_topology(name: str) -> str:
