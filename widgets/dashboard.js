@@ -9,7 +9,7 @@
  *   peak: number, usage: string, lines: string[]}} Gauge
  * @typedef {{columns: number, chips: Gauge[]}} Gauges
  * @typedef {{rate: string, fill: number, hit_rate: string, detail: string, compiles: string,
- *   recompiles: string, warn: boolean}} Counters
+ *   recompiles: string, warn: boolean, note: string}} Counters
  * @typedef {{seq: number, kind: string, label: string, clock: string, summary: string,
  *   times: string, where: string, explanation: string, alert: boolean,
  *   why_open: boolean}} Row
