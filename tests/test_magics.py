@@ -358,8 +358,8 @@ def test_events_recompiles_explain(shell):
     assert "argument x: dimension 0 changed from 3 to 4" in bundle["text/plain"]
     sync = log.events("sync")[-1].seq
     assert usage_error(shell, f"explain {sync}") == (
-        f"Event {sync} is a 'sync' event; only recompile and cache_miss events have an "
-        "explanation. List them with tpu_lab.event_log('recompile') or "
+        f"Event {sync} is a 'sync' event; only recompiles, cache misses and graph breaks "
+        "have an explanation. List them with tpu_lab.event_log('recompile') or "
         "tpu_lab.event_log('cache_miss')."
     )
     torch._dynamo.reset()
@@ -367,7 +367,7 @@ def test_events_recompiles_explain(shell):
 
 def test_explain_with_nothing_to_explain(shell):
     assert usage_error(shell, "explain") == (
-        "Nothing to explain: no recompilation has been recorded yet."
+        "Nothing to explain: no recompilation or graph break has been recorded yet."
     )
     assert usage_error(shell, "explain 999999").startswith("No event #999999 in the log")
 
@@ -813,3 +813,78 @@ def test_plan_widget_says_what_it_needs(shell):
                               "--seq 64 --generation v6e --chips 4") == (
         "remat 'full' checkpoints a training step's activations; a forward step keeps none: use "
         "'none'.")
+
+
+def test_explain_covers_a_fullgraph_graph_break_and_a_split_function(shell):
+    """After a fullgraph=True graph break, %tpu explain explains the break (not the recompile
+    before it); a function compiled without fullgraph that breaks is explained too."""
+    torch._dynamo.reset()
+    run(shell, "import torch\nf = torch.compile(lambda x: x * 2, backend='tpu', fullgraph=True)\n"
+               "f(torch.ones(3, device='tpu')); f(torch.ones(3, 3, device='tpu'))")
+    out, err, shown, _ = run(shell, "%tpu explain")
+    assert shown, (out, err)
+    assert shown[0]["text/plain"].splitlines()[0].endswith(
+        "argument x: number of dimensions changed from 1 to 2")
+    run(shell, "@torch.compile(backend='tpu', fullgraph=True)\ndef g(x):\n"
+               "    if x.sum() > 0:\n        return x + 1\n    return x\n"
+               "try:\n    g(torch.ones(3, device='tpu'))\nexcept Exception:\n    pass")
+    _, _, shown, _ = run(shell, "%tpu explain")
+    text = shown[0]["text/plain"]
+    cell = re.search(r"In\[(\d+)\]:3: if x.sum", text)[1]
+    assert text.splitlines()[1:] == [
+        "  function           g",
+        f"  called at          In[{cell}]:7",
+        f"  the line           In[{cell}]:3: if x.sum() > 0:",
+        "  why it breaks      Python control flow (if/while) on a tensor's value: the branch is "
+        "only known",
+        "                     when the chip has computed it",
+        "  how to fix         compute both sides and choose with torch.where(condition, a, b), "
+        "or move the",
+        "                     branch out of the compiled function",
+        "  cost               fullgraph=True: the call failed, nothing was compiled",
+    ]
+    run(shell, "@torch.compile(backend='tpu')\ndef h(x):\n    y = x + 1\n"
+               "    n = y.sum().item()\n    return y * n\nh(torch.ones(3, device='tpu'))")
+    _, _, shown, _ = run(shell, "%tpu explain")
+    text = shown[0]["text/plain"]
+    assert "  function           h\n" in text and ": n = y.sum().item()" in text
+    assert "keep the value a tensor inside the compiled function" in text
+    assert "h runs as several graphs with Python between them" in text
+    torch._dynamo.reset()
+
+
+def test_a_mixed_device_error_names_the_cells_tensors_and_the_fix(shell):
+    """In a notebook the device's mixed-device error is told for the cell: which name is on
+    which device, the move that fixes it; the Trainer's setting only where accelerate is."""
+    run(shell, "import torch\nmodel = torch.nn.Linear(4, 2)\nx = torch.ones(1, 4, device='tpu')")
+    _, _, _, result = run(shell, "y = model(x)")
+    cell = result.execution_count
+    assert str(result.error_in_exec) == (
+        "Expected all tensors to be on the same device, but found at least two devices, tpu:0 "
+        f"and cpu! In In[{cell}]:1, 'y = model(x)': model (a model) is on cpu, x (a tensor) is "
+        "on tpu:0. Move the model to the chip: model.to('tpu') (once, before the call).")
+    _, _, _, result = run(shell, "a = torch.ones(3, device='tpu'); b = torch.ones(3)\na + b")
+    assert str(result.error_in_exec).endswith(
+        "'a + b': a (a tensor) is on tpu:0, b (a tensor) is on cpu. Move b to the chip: "
+        "b.to('tpu').")
+    _, _, _, result = run(shell, "torch.ones(3, device='tpu') + torch.ones(3)")
+    assert str(result.error_in_exec) == (
+        "Expected all tensors to be on the same device, but found at least two devices, tpu:0 "
+        "and cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu()).")
+
+
+def test_the_trainers_setting_is_named_only_where_accelerate_is_in_the_traceback():
+    from tpu_lab.magics.devices_error import ACCELERATE_FIX, retold
+
+    scope: dict = {}
+    exec(compile("def prepare(a, b):\n    return a + b\n", "/site/accelerate/ops.py", "exec"),
+         scope)
+    with pytest.raises(RuntimeError) as info:
+        scope["prepare"](torch.ones(3, device="tpu"), torch.ones(3))
+    told = retold(info.value, info.tb)
+    assert told.endswith("(or the 'tpu' one with .cpu()). " + ACCELERATE_FIX)
+    assert ACCELERATE_FIX.endswith("set ACCELERATE_TORCH_DEVICE=tpu before the Trainer starts.")
+    with pytest.raises(RuntimeError) as info:
+        torch.ones(3, device="tpu") + torch.ones(3)
+    assert "ACCELERATE" not in retold(info.value, info.tb)
+    assert retold(ValueError("other"), None) is None

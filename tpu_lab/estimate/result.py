@@ -7,6 +7,7 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
+from .._drawn import Drawn
 from ..hardware.chips import Chip
 from ..hardware.prices import price
 from ..units import format_bytes
@@ -80,7 +81,7 @@ class OpCost:
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(Drawn):
     """The estimated time of a program (an op, a graph, a model's step) on one chip of a
     ``chips``-chip ``chip`` system: an estimate of an idealised chip, never a measurement.
 

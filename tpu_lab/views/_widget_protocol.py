@@ -62,6 +62,7 @@ class Counters(TypedDict):
     compiles: str  # "1 compile"
     recompiles: str  # "2 recompiles"
     warn: bool  # recompilations happened
+    note: str  # what the cache counts in the current eager mode, and what a launch costs
 
 
 class Row(TypedDict):
