@@ -222,6 +222,8 @@ def test_a_run_priced_on_the_fastest_and_the_cheapest_names_each_once():
     assert one.best is one.by_cost[0]
     run = next(line for line in view(one).to_text().splitlines() if line.startswith("a run of"))
     assert run.count(" on v6e-1 ") == 1 and run.startswith("a run of 1M tokens: $")
+    assert str(one) == view(one).to_text()  # print(choice) shows the table, repr() the data
+    assert repr(one).startswith("Choice(")
     both = choose(LlamaConfig(**SMALL), "train", batch=8, seq=128, generations=("v6e", "v7"),
                   max_chips=8, tokens=1e6)
     assert both.best is not both.by_cost[0]  # v7 is faster, v6e has a price

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._drawn import Drawn
 from ..errors import ShardingError, TopologyError
 from ..estimate.memory import Memory
 from ..estimate.result import Estimate, OpCost, merged
@@ -89,7 +90,7 @@ class Option:
 
 
 @dataclass(frozen=True)
-class Choice:
+class Choice(Drawn):
     """What :func:`choose` found: ``options`` that fit, fastest first; ``by_cost`` the same,
     cheapest first (those without a published price last); ``pareto`` those no other option
     beats on both time and price (fastest first); ``considered``: the ways to run the step
