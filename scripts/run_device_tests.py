@@ -20,9 +20,9 @@ ran first in the same process and used up a warning PyTorch gives once per proce
 cause in :data:`EXPLAINED` is a behaviour the
 bundled device shares with TorchTPU (docs/compatibility/pytorch-device-tests.md quotes
 TorchTPU's source for each); any other is unexplained. A file that does not import on this
-torch is reported with the name it lacks. Exit status 0 when no difference is unexplained, 1
-otherwise, 2 for a usage error. ``--markdown OUT`` also writes the per-file table and the
-differences as Markdown.
+torch is reported with the name it lacks, or with its error when it lacks none. Exit status 0
+when no difference is unexplained, 1 otherwise, 2 for a usage error. ``--markdown OUT`` also
+writes the per-file table and the differences as Markdown.
 """
 
 from __future__ import annotations
@@ -113,12 +113,13 @@ def explanation(outcome: Outcome) -> str | None:
     return None
 
 
-def missing_name(message: str) -> str:
-    """The name a test file could not import, from its collection error."""
+def import_failure(message: str) -> str:
+    """Why a test file did not import, from its collection error: the name it lacks, or the
+    error itself when it lacks none (a helper of this torch that rejects the file's use of it)."""
     for pattern in _MISSING:
         found = pattern.search(message)
         if found:
-            return found.group(1)
+            return f"missing: {found.group(1)}"
     return message
 
 
@@ -162,7 +163,7 @@ def report(file: str, run: suites.FileRun) -> FileReport:
     result = FileReport(file, stopped=run.returncode is None)
     errors = [o.message for t, o in run.results.items() if o.status == "error" and "::" not in t]
     if errors and not any("::" in t for t in run.results):
-        result.import_error = missing_name(errors[0])
+        result.import_error = import_failure(errors[0])
         return result
     tpu_ids = {twin_key(t)[0]: t for t in run.results if (twin_key(t) or ("", ""))[1] == "tpu"}
     for pair in pairs(run.results):
@@ -199,7 +200,7 @@ def count_alone(result: FileReport, alone: dict[str, Outcome]) -> None:
 
 def render(r: FileReport) -> str:
     if r.import_error is not None:
-        return f"{r.file}: does not import on this torch (missing: {r.import_error})"
+        return f"{r.file}: does not import on this torch ({r.import_error})"
     stopped = "  (stopped by the timeout)" if r.stopped else ""
     lines = [
         f"{r.file}: {r.paired} paired, {r.cpu_passed} passed on the CPU, "
@@ -226,7 +227,7 @@ def markdown(reports: list[FileReport]) -> str:
     rows.append("|---|---:|---:|---:|---:|---|")
     for r in reports:
         if r.import_error is not None:
-            rows.append(f"| `{r.file}` | - | - | - | - | does not import: `{r.import_error}` |")
+            rows.append(f"| `{r.file}` | - | - | - | - | does not import ({r.import_error}) |")
             continue
         note = f"{r.differ} ({r.unexplained} unexplained)" if r.differ else "0"
         stopped = " (stopped by the timeout)" if r.stopped else ""

@@ -101,10 +101,23 @@ def test_the_markdown_table_counts_each_file():
         recorded_run([("test/test_nn.py", "collect", "failed", "ImportError: cannot import name "
                        "'TEST_NEW_THING' from 'torch.testing._internal.common_utils'")]),
     )  # fmt: skip
-    assert broken.import_error == "TEST_NEW_THING"
+    assert broken.import_error == "missing: TEST_NEW_THING"
     table = device_tests.markdown([r, broken]).splitlines()
     assert table[2] == "| `test/test_shape_ops.py` | 5 | 4 | 1 | 1 | 2 (1 unexplained) |"
-    assert table[3] == "| `test/test_nn.py` | - | - | - | - | does not import: `TEST_NEW_THING` |"
+    assert table[3] == "| `test/test_nn.py` | - | - | - | - | does not import (missing: TEST_NEW_THING) |"
+
+
+def test_a_file_that_fails_to_import_for_another_reason_gives_that_error():
+    # test_tensor_creation_ops.py uses a bare @skipIfTorchDynamo, which torch 2.13 rejects
+    failure = "AssertionError: Are you using skipIfTorchDynamo correctly?"
+    broken = device_tests.report(
+        "test/test_tensor_creation_ops.py",
+        recorded_run([("test/test_tensor_creation_ops.py", "collect", "failed", failure)]),
+    )
+    assert broken.import_error == failure
+    assert device_tests.render(broken) == (
+        f"test/test_tensor_creation_ops.py: does not import on this torch ({failure})"
+    )
 
 
 def test_a_run_stopped_by_its_timeout_says_so():
@@ -177,6 +190,6 @@ def test_a_device_generic_file_runs_with_both_instantiations(tmp_path, capsys):
     assert "1 differ, shared with TorchTPU: quantized tensors" in out
     assert "test/test_broken.py: does not import on this torch (missing: NOT_IN_THIS_TORCH)" in out
     assert "test/test_absent.py: not in" in out
-    assert "| `test/test_broken.py` | - | - | - | - | does not import: `NOT_IN_THIS_TORCH` |" in (
+    assert "| `test/test_broken.py` | - | - | - | - | does not import (missing: NOT_IN_THIS_TORCH) |" in (
         markdown.read_text()
     )
