@@ -79,8 +79,10 @@ def test_a_recorded_run_is_paired_counted_and_grouped_by_cause():
     assert (r.paired, r.cpu_passed, r.tpu_passed) == (5, 4, 1)
     assert r.skipped == {"Only runs on cpu": ["TestShapeOps::test_unbind_{device}"]}
     assert r.causes == {
-        QUANTIZED: ["TestShapeOps::test_flip_{device}_float32"],
-        "AssertionError: no": ["TestShapeOps::test_nonzero_{device}_bool"],
+        (QUANTIZED, "quantized tensors: TorchTPU has no quantized kernels"): [
+            "TestShapeOps::test_flip_{device}_float32"
+        ],
+        ("AssertionError: no", None): ["TestShapeOps::test_nonzero_{device}_bool"],
     }
     assert r.unexplained == 1  # the quantized one is shared with TorchTPU
     assert device_tests.render(r) == textwrap.dedent(
@@ -92,6 +94,25 @@ def test_a_recorded_run_is_paired_counted_and_grouped_by_cause():
           1 differ, UNEXPLAINED: AssertionError: no
             TestShapeOps::test_nonzero_{{device}}_bool"""
     )
+
+
+def test_an_explanation_can_be_for_some_tests_only():
+    # a generic failure is shared with TorchTPU for the tests the explanation names, no others
+    rows = [
+        ("TestNNDeviceTypeCPU::test_upsamplingBiMode2d_nonsupported_dtypes_mode_bilinear_uint8_"
+         "cpu_uint8", "call", "passed", ""),
+        ("TestNNDeviceTypePRIVATEUSE1::test_upsamplingBiMode2d_nonsupported_dtypes_mode_bilinear_"
+         "uint8_tpu_uint8", "call", "failed", "AssertionError: RuntimeError not raised"),
+        ("TestNNDeviceTypeCPU::test_other_cpu", "call", "passed", ""),
+        ("TestNNDeviceTypePRIVATEUSE1::test_other_tpu", "call", "failed",
+         "AssertionError: RuntimeError not raised"),
+    ]  # fmt: skip
+    r = device_tests.report("test/test_nn.py", recorded_run(rows))
+    assert [why for _, why in r.causes] == [
+        None,  # test_other
+        "uint8 bilinear/bicubic interpolation: TorchTPU takes uint8, as the CPU does",
+    ]
+    assert r.unexplained == 1
 
 
 def test_the_markdown_table_counts_each_file():
