@@ -138,7 +138,7 @@ def test_a_data_object_left_as_a_cells_value_is_drawn_in_ipython():
     data = tpu_lab.status()
     bundle, _ = shell.display_formatter.format(data)
     assert bundle["text/plain"] == tpu_lab.view(data).to_text()
-    assert bundle["text/html"].startswith("<div style=")
+    assert bundle["text/html"].startswith("<div class='tex2jax_ignore mathjax_ignore'><div style=")
     with capture_output() as cap:
         shell.run_cell("import tpu_lab\ntpu_lab.status()", store_history=True)
     assert "tpu_lab status" in cap.stdout and "DeviceStatus(" not in cap.stdout
