@@ -6,9 +6,7 @@ tests/artifacts/workshop-02.png and workshop-03.png."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -21,14 +19,7 @@ pytest.importorskip("jupyterlab", reason="jupyterlab is missing: pip install 'tp
 pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
 
 from test_browser_lab import jupyter  # noqa: E402 (after the skips: it needs jupyterlab)
-
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-_spec = importlib.util.spec_from_file_location(
-    "nb_runner", NOTEBOOKS.parent / "scripts" / "notebooks.py")
-runner = sys.modules.get("nb_runner") or importlib.util.module_from_spec(_spec)
-if "nb_runner" not in sys.modules:
-    sys.modules["nb_runner"] = runner
-    _spec.loader.exec_module(runner)
+from test_notebooks import runner  # noqa: E402 (scripts/notebooks.py, loaded once)
 
 #: notebook -> (the text of the cell to photograph, what its output must show)
 SHOWN = {
@@ -67,7 +58,7 @@ def test_a_workshop_notebook_runs_clean_in_jupyterlab(lab, name):
     from playwright.sync_api import expect, sync_playwright
 
     base, token, root, _ = lab
-    nb = _cleared(NOTEBOOKS / f"{name}.ipynb")
+    nb = _cleared(runner.NOTEBOOKS / f"{name}.ipynb")
     (root / f"{name}.ipynb").write_text(json.dumps(nb))
     source, shown = SHOWN[name]
     index = next(i for i, c in enumerate(nb["cells"]) if source in "".join(c["source"]))
