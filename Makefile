@@ -1,10 +1,12 @@
 # Two commands for a new user on a fresh machine:
-#   make run    set up .venv and run the main job (doctor + terminal tour of the "tpu" device)
+#   make run    set up .venv for the workshop (tpu_lab, the notebooks' extras) and run the main
+#               job (doctor + terminal tour of the "tpu" device)
 #   make test   set up .venv with the test dependencies (and .venv-torchtpu with the real
 #               torch-tpu, for the contract tests), check the layers (lint-imports), build the
 #               docs strictly, run every test
 # and:
-#   make lab        the teaching notebooks in JupyterLab, on 127.0.0.1
+#   make lab        the teaching notebooks in JupyterLab, on 127.0.0.1, in the .venv make run
+#                   made (nothing installed when it is complete)
 #   make notebooks  re-execute the notebooks and store their outputs
 #   make bench      every benchmark; the report in benchmarks/results/
 #   make docs       the docs site, strict (a broken link fails it): open build/site/index.html
@@ -15,7 +17,7 @@ PYTEST_ARGS ?=
 .PHONY: run test lab notebooks bench docs images
 
 run:
-	VENV=$(VENV) scripts/setup.sh hf
+	VENV=$(VENV) scripts/setup.sh workshop
 	$(VENV)/bin/tpu-lab doctor
 	$(VENV)/bin/tpu-lab tour
 
@@ -28,8 +30,8 @@ test:
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 lab:
-	VENV=$(VENV) scripts/setup.sh dev
-	$(VENV)/bin/jupyter lab --ip 127.0.0.1 notebooks/
+	VENV=$(VENV) scripts/setup.sh workshop
+	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --KernelManager.transport=ipc notebooks/
 
 notebooks:
 	VENV=$(VENV) scripts/setup.sh dev

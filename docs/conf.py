@@ -30,6 +30,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(torch|c10d|numpy|np|PIL|IPython|ipywidgets|anywidget|matplotlib|gradio|diffusers"
                r"|transformers|safetensors|av|jax|ipyparallel|nbformat|psutil|traitlets)\b.*"),
     (r"py:class", r"InteractiveShell"),  # IPython's, named in an annotation
+    (r"py:class", r"SliceRows"),  # the slice widget's rows (private views/_slice_rows.py)
     # the standard library's
     (r"py:.*", r"(abc|argparse|collections|contextlib|datetime|enum|importlib|io|os|pathlib"
                r"|random|threading|types|typing|timedelta)\b.*"),

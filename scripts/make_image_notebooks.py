@@ -250,13 +250,13 @@ images = pipe(prompts, num_inference_steps=shapes.STEPS, output_type="pt",
 bigger = pipe(prompts, num_inference_steps=2, height=48, width=48,
               max_sequence_length=shapes.TOKENS)          # a new size: a recompile
 if dist.get_rank() == 0:
-    torch.save(images.float().cpu(), "tp4.pt")
+    torch.save(images.float().cpu(), tpu_lab.scratch("tp4.pt"))
     print(tpu_lab.explain())"""),
     ("md", """Every rank printed nothing but rank 0, which printed why its second call recompiled. The
 table under the cell is what each chip holds: a quarter of every weight that the plan splits
 (attention projections, MLPs), a full copy of the rest (norms, embeddings, the text encoders).
 The images, from rank 0:"""),
-    ("code", """tp4 = torch.load("tp4.pt")
+    ("code", """tp4 = torch.load("scratch/tp4.pt")
 tpu_lab.preview(tp4, labels=["0", "1"])"""),
     ("md", """## 3 · The same on one chip, and how close
 
@@ -321,10 +321,10 @@ frames = video(["a large red circle moving right on a black background"],
                num_inference_steps=clips.STEPS, guidance_scale=clips.GUIDANCE, output_type="pt",
                generator=torch.Generator().manual_seed(0), **clips.CALL).frames
 if dist.get_rank() == 0:
-    torch.save(frames.float().cpu(), "tp4_clip.pt")"""),
+    torch.save(frames.float().cpu(), tpu_lab.scratch("tp4_clip.pt"))"""),
     ("md", """Each chip holds the attention whole and a quarter of each feed-forward (the table under
 the cell). The clip from rank 0, played:"""),
-    ("code", """tpu_lab.preview(torch.load("tp4_clip.pt")[0], layout="TCHW", fps=8)"""),
+    ("code", """tpu_lab.preview(torch.load("scratch/tp4_clip.pt")[0], layout="TCHW", fps=8)"""),
     ("code", "%tpu cluster stop"),
     ("md", """## 6 · How fast on a real v6e-4? An estimate
 

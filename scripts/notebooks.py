@@ -6,8 +6,12 @@
                                                    tpu_lab.colab.setup_cell (its extras kept)
 
 A notebook passes when no cell errors and no output holds a traceback, an error message or a
-machine path (the outputs are stored in the repository and read on GitHub). Each run happens in
-a fresh temporary working directory, with the bundled device's default settings.
+machine path (the outputs are stored in the repository and read on GitHub). Each runs as a
+participant runs it in JupyterLab: in a fresh kernel, in the notebooks' folder, with the bundled
+device's default settings; what a notebook writes goes under scratch/ (git ignores it:
+tests/test_notebooks.py checks that running them all leaves ``git status`` as it was). The
+kernel talks to this script over local sockets (IPC) in a temporary folder, not TCP: no port is
+opened, and ipykernel has no "running over TCP without encryption" warning to print.
 """
 
 from __future__ import annotations
@@ -76,22 +80,29 @@ def problems(nb) -> list[str]:
 
 
 def execute(path: Path, timeout: int = 600):
-    """Run every cell of ``path`` in a fresh kernel and a fresh working directory."""
+    """Run every cell of ``path`` in a fresh kernel, in the notebook's folder."""
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     for name in [k for k in os.environ if k.startswith("TPU_LAB_")]:
         del os.environ[name]  # the kernel inherits this environment: default settings
-    with tempfile.TemporaryDirectory(prefix="tpu_lab_nb_") as work:
+    with tempfile.TemporaryDirectory(prefix="tpu_lab_nb_") as sockets:
+        kernel = KernelManager(kernel_name="python3", transport="ipc",
+                               ip=os.path.join(sockets, "kernel"))
         client = NotebookClient(
             nb,
+            km=kernel,
             timeout=timeout,
-            kernel_name="python3",
             allow_errors=True,
-            resources={"metadata": {"path": work}},
+            resources={"metadata": {"path": str(path.parent)}},
         )
-        client.execute()
+        try:
+            client.execute()
+        finally:  # a kernel manager handed to the client is not the client's to stop
+            if kernel.has_kernel:
+                kernel.shutdown_kernel(now=True)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     return nb

@@ -47,6 +47,11 @@ FROM_TESTS = {
                    "shapes_grid.png"),  # fmt: skip
     "clips.png": ("tests/test_clips.py::test_honours_80_percent_of_100_random_prompts",
                   "clips_grid.png"),  # fmt: skip
+    "choose-llama-70b.png": (
+        "tests/test_choose.py::"
+        "test_llama_70b_training_has_options_on_three_generations_and_its_first_choice_fits",
+        "choose-llama-70b.png",
+    ),
 }
 #: picture -> the sources it shows (paths or globs from the repository's root): the scene (the
 #: notebook or test that sets it up) and the code that draws it. A glob matching nothing fails
@@ -85,6 +90,10 @@ SOURCES = {
     "clips.png": [
         "tests/test_clips.py", "tpu_lab/models/clips.py", "tpu_lab/models/shapes_world.py",
         "tpu_lab/models/clips/**/*",
+    ],
+    "choose-llama-70b.png": [
+        "tests/test_choose.py", "tpu_lab/views/choice.py", "tpu_lab/sharding/chooser.py",
+        "tpu_lab/hardware/prices.py", "tpu_lab/estimate/fitted.json",
     ],
 }  # fmt: skip
 

@@ -17,12 +17,12 @@ ones that passed on "tpu"; then every test that passed on the CPU and not on "tp
 its cause (the first line of its failure). Each such "tpu" twin then runs again alone, in a
 fresh pytest process: one that passes there is counted as passed and listed apart (its CPU twin
 ran first in the same process and used up a warning PyTorch gives once per process, say). A
-cause in :data:`EXPLAINED` is a behaviour the
+cause in :data:`EXPLAINED` (for any test, or for the tests it names) is a behaviour the
 bundled device shares with TorchTPU (docs/compatibility/pytorch-device-tests.md quotes
 TorchTPU's source for each); any other is unexplained. A file that does not import on this
-torch is reported with the name it lacks. Exit status 0 when no difference is unexplained, 1
-otherwise, 2 for a usage error. ``--markdown OUT`` also writes the per-file table and the
-differences as Markdown.
+torch is reported with the name it lacks, or with its error when it lacks none. Exit status 0
+when no difference is unexplained, 1 otherwise, 2 for a usage error. ``--markdown OUT`` also
+writes the per-file table and the differences as Markdown.
 """
 
 from __future__ import annotations
@@ -57,11 +57,33 @@ FILES = (
 #: pytest ``-k`` expressions for the files whose device tests are a part of them.
 SELECT = {"test/test_nn.py": "DeviceType", "test/test_autograd.py": "DeviceType"}
 
-#: Causes shared with TorchTPU: (pattern of the "tpu" twin's failure, why).
+#: Differences TorchTPU shares: (pattern of the "tpu" twin's failure, pattern of the test's name
+#: or None for any test, why); docs/compatibility/pytorch-device-tests.md quotes TorchTPU for each.
 EXPLAINED = (
     (
         re.compile(r"quantized tensors cannot be on the 'tpu' device"),
+        None,
         "quantized tensors: TorchTPU has no quantized kernels",
+    ),
+    (
+        re.compile(r"sparse operators are not supported on TPU yet"),
+        None,
+        "a sparse op TorchTPU has no sparse kernel for",
+    ),
+    (
+        re.compile(r"with arguments from the 'NestedTensortpu' backend"),
+        None,
+        "strided nested tensors: TorchTPU registers no NestedTensorPrivateUse1 kernels",
+    ),
+    (
+        re.compile(r"RuntimeError not raised"),
+        re.compile(r"test_upsamplingBiMode2d_nonsupported_dtypes_.*_uint8"),
+        "uint8 bilinear/bicubic interpolation: TorchTPU takes uint8, as the CPU does",
+    ),
+    (
+        re.compile(r"AssertionError: False is not true"),
+        re.compile(r"test_transformerencoderlayer_"),
+        "a fully masked row of the fused encoder layer is NaN on TorchTPU too",
     ),
 )
 
@@ -105,20 +127,22 @@ def pairs(results: dict[str, Outcome]) -> list[Pair]:
     return [Pair(n, s["cpu"], s["tpu"]) for n, s in sorted(sides.items()) if len(s) == 2]
 
 
-def explanation(outcome: Outcome) -> str | None:
-    """Why a "tpu" twin failed where its CPU twin passed, if that is shared with TorchTPU."""
-    for pattern, why in EXPLAINED:
-        if pattern.search(outcome.message):
+def explanation(cause: str, test: str) -> str | None:
+    """Why ``test``'s "tpu" twin failed with ``cause`` where its CPU twin passed, if TorchTPU
+    shares that."""
+    for failure, name, why in EXPLAINED:
+        if failure.search(cause) and (name is None or name.search(test)):
             return why
     return None
 
 
-def missing_name(message: str) -> str:
-    """The name a test file could not import, from its collection error."""
+def import_failure(message: str) -> str:
+    """Why a test file did not import, from its collection error: the name it lacks, or the
+    error itself when it lacks none (a helper of this torch that rejects the file's use of it)."""
     for pattern in _MISSING:
         found = pattern.search(message)
         if found:
-            return found.group(1)
+            return f"missing: {found.group(1)}"
     return message
 
 
@@ -128,8 +152,9 @@ class FileReport:
     paired: int = 0
     cpu_passed: int = 0
     tpu_passed: int = 0
-    #: cause -> the tests whose CPU twin passed and "tpu" twin failed
-    causes: dict[str, list[str]] = field(default_factory=dict)
+    #: (cause, why TorchTPU shares it or None) -> the tests whose CPU twin passed and "tpu"
+    #: twin failed
+    causes: dict[tuple[str, str | None], list[str]] = field(default_factory=dict)
     #: reason -> the tests whose CPU twin passed and "tpu" twin the test itself skipped (a
     #: device restriction such as ``@onlyCPU``) or expects to fail there
     skipped: dict[str, list[str]] = field(default_factory=dict)
@@ -150,11 +175,7 @@ class FileReport:
 
     @property
     def unexplained(self) -> int:
-        return sum(len(t) for c, t in self.causes.items() if explained_cause(c) is None)
-
-
-def explained_cause(cause: str) -> str | None:
-    return explanation(Outcome("failed", cause))
+        return sum(len(t) for (_, why), t in self.causes.items() if why is None)
 
 
 def report(file: str, run: suites.FileRun) -> FileReport:
@@ -162,7 +183,7 @@ def report(file: str, run: suites.FileRun) -> FileReport:
     result = FileReport(file, stopped=run.returncode is None)
     errors = [o.message for t, o in run.results.items() if o.status == "error" and "::" not in t]
     if errors and not any("::" in t for t in run.results):
-        result.import_error = missing_name(errors[0])
+        result.import_error = import_failure(errors[0])
         return result
     tpu_ids = {twin_key(t)[0]: t for t in run.results if (twin_key(t) or ("", ""))[1] == "tpu"}
     for pair in pairs(run.results):
@@ -176,7 +197,9 @@ def report(file: str, run: suites.FileRun) -> FileReport:
         elif pair.tpu.status in ("skipped", "xfailed"):
             result.skipped.setdefault(pair.tpu.message, []).append(name)
         else:
-            result.causes.setdefault(pair.tpu.message or pair.tpu.status, []).append(name)
+            cause = pair.tpu.message or pair.tpu.status
+            key = (cause, explanation(cause, name))
+            result.causes.setdefault(key, []).append(name)
             result.failed_ids.append(tpu_ids[pair.name])
     return result
 
@@ -199,7 +222,7 @@ def count_alone(result: FileReport, alone: dict[str, Outcome]) -> None:
 
 def render(r: FileReport) -> str:
     if r.import_error is not None:
-        return f"{r.file}: does not import on this torch (missing: {r.import_error})"
+        return f"{r.file}: does not import on this torch ({r.import_error})"
     stopped = "  (stopped by the timeout)" if r.stopped else ""
     lines = [
         f"{r.file}: {r.paired} paired, {r.cpu_passed} passed on the CPU, "
@@ -210,8 +233,7 @@ def render(r: FileReport) -> str:
         lines.append(f"  {len(tests)} skipped on 'tpu' by the test: {reason}")
     for name in r.alone:
         lines.append(f"  passed on 'tpu' when run alone (failed after its CPU twin): {name}")
-    for cause, tests in sorted(r.causes.items(), key=lambda c: -len(c[1])):
-        why = explained_cause(cause)
+    for (cause, why), tests in sorted(r.causes.items(), key=lambda c: -len(c[1])):
         label = f"shared with TorchTPU: {why}" if why else "UNEXPLAINED"
         lines.append(f"  {len(tests)} differ, {label}: {cause}")
         lines += [f"    {t}" for t in tests]
@@ -226,7 +248,7 @@ def markdown(reports: list[FileReport]) -> str:
     rows.append("|---|---:|---:|---:|---:|---|")
     for r in reports:
         if r.import_error is not None:
-            rows.append(f"| `{r.file}` | - | - | - | - | does not import: `{r.import_error}` |")
+            rows.append(f"| `{r.file}` | - | - | - | - | does not import ({r.import_error}) |")
             continue
         note = f"{r.differ} ({r.unexplained} unexplained)" if r.differ else "0"
         stopped = " (stopped by the timeout)" if r.stopped else ""
@@ -238,9 +260,8 @@ def markdown(reports: list[FileReport]) -> str:
     for r in reports:
         for name in r.alone:
             lines.append(f"- `{r.file}`, passed on 'tpu' when run alone: `{name}`")
-        for cause, tests in r.causes.items():
-            why = explained_cause(cause) or "unexplained"
-            lines.append(f"- `{r.file}`, {len(tests)} ({why}): `{cause}`")
+        for (cause, why), tests in r.causes.items():
+            lines.append(f"- `{r.file}`, {len(tests)} ({why or 'unexplained'}): `{cause}`")
             lines += [f"  - `{t}`" for t in tests]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install tpu_lab with the extras named in $1 (default: hf), torch
-# $TORCH_VERSION (default 2.13.0), and build the bundled device's compiled core.
+# $TORCH_VERSION (default 2.13.0), and build the bundled device's compiled core; where all of
+# it is there already (scripts/installed.py), install nothing.
 # torch comes from PyTorch's CPU wheel index when it is reachable, so that a machine without
 # a GPU never downloads the multi-GB CUDA build; elsewhere pip's configured indexes are used.
 set -euo pipefail
@@ -9,6 +10,12 @@ venv="${VENV:-.venv}"
 python="${PYTHON:-python3}"
 cpu_index="${TORCH_CPU_INDEX-https://download.pytorch.org/whl/cpu}"
 
+# Already set up (make lab after make run): every requirement installed, the core built
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" "$(dirname "$0")/installed.py" "$extras" \
+    2>/dev/null && "$venv/bin/tpu-lab" build-core --if-needed >/dev/null 2>&1; then
+    echo "tpu_lab is installed in $venv with extras [$extras]: nothing to install"
+    exit 0
+fi
 if [ ! -x "$venv/bin/python" ]; then
     "$python" -m venv "$venv"
 fi

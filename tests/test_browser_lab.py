@@ -266,3 +266,151 @@ def test_dashboard_in_jupyterlab(lab):
             raise
         finally:
             browser.close()
+
+
+#: The slice widget for Llama-3.1-8B's published config (no weights): training batch 64 x 4096
+#: on a v6e-8, which does not fit in HBM without activation checkpointing.
+SLICE_CELLS = [
+    "from tpu_lab.sharding.published_configs import config\n"
+    "from tpu_lab.views import SliceWidget\n"
+    "llama = config('llama-3.1-8b')\n"
+    "w = SliceWidget(llama, 'train', batch=64, seq=4096, generation='v6e', devices=8)\n"
+    "w",
+]
+
+
+def _weighed(runtime: Path, kernel_id: str, **step) -> tuple[str, str]:
+    """(expected time, HBM usage) as the widget words them, of weigh() called in the kernel."""
+    args = ", ".join(f"{k}={v!r}" for k, v in step.items())
+    out = _kernel_eval(runtime, kernel_id, (
+        "from tpu_lab.sharding.chooser import weigh\n"
+        "from tpu_lab.views.estimate import seconds_text\n"
+        "from tpu_lab.units import format_bytes\n"
+        f"o = weigh(llama, 'train', batch=64, seq=4096, {args}).estimate\n"
+        "print(seconds_text(o.expected_seconds))\n"
+        "print(f'{format_bytes(int(o.memory.peak_bytes))} of {format_bytes(o.hbm_capacity)}')"
+    ))  # fmt: skip
+    expected, usage = out.strip().splitlines()
+    return expected, usage
+
+
+def check_slice_widget(page, base: str, token: str, runtime: Path, step, name: str) -> None:
+    """Drive the slice widget of SLICE_CELLS (run already) in ``page``: it shows weigh()'s
+    figures, a control changed in the browser is weighed again in the kernel, a refused batch
+    says why and keeps the last good state; the screenshot is tests/artifacts/<name>.png."""
+    from playwright.sync_api import expect
+
+    widget = page.locator(".tpu-slice")
+    expect(widget).to_be_visible(timeout=90_000)
+    expected = widget.locator("[data-figure='expected'] .tpu-slice-figure-value")
+    usage = widget.locator(".tpu-slice-usage")
+    step("slice widget shown")
+    kernel_id = _api(base, token, "/api/sessions")[0]["kernel"]["id"]
+
+    # batch 64 x 4096 keeps every activation: it does not fit a v6e chip, and says what would
+    time, held = _weighed(runtime, kernel_id, generation="v6e", devices=8, remat="none")
+    expect(expected).to_have_text(time)
+    expect(usage).to_contain_text(held)
+    expect(widget.locator(".tpu-slice-overtag")).to_have_text("OVER")
+    expect(widget.locator(".tpu-slice-fix")).to_contain_text(
+        "To fit, try more recomputation (remat 'dots' or 'full')")
+    ARTIFACTS.mkdir(exist_ok=True)
+    widget.screenshot(path=str(ARTIFACTS / f"{name}-over.png"))
+
+    # checkpoint each block (remat full): it fits, and takes longer
+    widget.locator("select[data-control='remat']").select_option("full")
+    time, held = _weighed(runtime, kernel_id, generation="v6e", devices=8, remat="full")
+    expect(expected).to_have_text(time, timeout=30_000)
+    expect(usage).to_contain_text(held)
+    expect(widget.locator(".tpu-slice-overtag")).to_have_count(0)
+    expect(widget.locator(".tpu-slice-verdict")).to_contain_text("fits in HBM")
+    assert _kernel_eval(runtime, kernel_id, "print(w.remat, w.option.remat)").split() == [
+        "full", "full"]
+    step("remat full weighed in the kernel")
+
+    # twice the chips: a pod slice of 4 hosts
+    widget.locator("select[data-control='devices']").select_option("16")
+    time, held = _weighed(runtime, kernel_id, generation="v6e", devices=16, remat="full")
+    expect(expected).to_have_text(time, timeout=30_000)
+    expect(widget.locator(".tpu-slice-choice")).to_have_text(
+        "v6e-16 (16 chips) · tp 1 x fsdp 16 · remat full")
+    step("v6e-16 weighed")
+
+    # a batch the 16 FSDP chips cannot split: refused, with the fix; the last good state stays
+    batch = widget.locator("input[data-control='batch']")
+    batch.fill("40")
+    batch.press("Tab")
+    expect(widget.locator(".tpu-slice-error")).to_contain_text(
+        "batch must be a positive multiple of the 16 FSDP chips beside tensor parallelism of "
+        "1; got 40, try 32.", timeout=30_000)
+    expect(batch).to_have_value("64")
+    expect(expected).to_have_text(time)
+    step("refused batch explained")
+
+    # the price of a generation without a published one
+    widget.locator("select[data-control='generation']").select_option("v7")
+    expect(widget.locator("[data-figure='step_price'] .tpu-slice-figure-value")).to_have_text(
+        "no price", timeout=30_000)
+    expect(widget.locator(".tpu-slice-error")).to_be_hidden()
+    widget.locator("select[data-control='generation']").select_option("v6e")
+    expect(expected).to_have_text(time, timeout=30_000)
+    step("v7 unpriced, back on v6e")
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    widget.scroll_into_view_if_needed()
+    widget.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def test_slice_widget_in_jupyterlab(lab):
+    from playwright.sync_api import sync_playwright
+
+    base, token, root, runtime = lab
+    start = time.monotonic()
+
+    def step(text: str) -> None:  # progress, shown with the failure
+        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+
+    (root / "slice.ipynb").write_text(json.dumps(_notebook(SLICE_CELLS)))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1200})
+            errors: list[str] = []  # uncaught exceptions in the page (the widget's included)
+            page.on("pageerror", lambda error: errors.append(f"{error}\n{error.stack}"))
+            page.goto(f"{base}/lab/tree/slice.ipynb?token={token}")
+            page.wait_for_function(
+                """() => {
+                  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+                  const kernel = panel && panel.sessionContext && panel.sessionContext.session
+                    && panel.sessionContext.session.kernel;
+                  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
+                }""",
+                timeout=60_000,
+            )
+            step("kernel idle")
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            check_slice_widget(page, base, token, runtime, step, "slice_widget_lab")
+            assert errors == []
+
+            # the dark theme: the widget follows JupyterLab's colours
+            page.evaluate(
+                "() => window.jupyterapp.commands.execute("
+                "'apputils:change-theme', {theme: 'JupyterLab Dark'})"
+            )
+            page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+            page.wait_for_timeout(500)  # the theme's stylesheet applies
+            page.locator(".tpu-slice").screenshot(path=str(ARTIFACTS / "slice_widget_dark.png"))
+
+            # the saved notebook keeps the static HTML beside the widget view
+            page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+            saved = json.loads((root / "slice.ipynb").read_text())
+            (output,) = saved["cells"][0]["outputs"]
+            assert "application/vnd.jupyter.widget-view+json" in output["data"]
+            assert "a snapshot: the live widget needs a running kernel" in "".join(
+                output["data"]["text/html"])
+        except Exception:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "slice_widget_lab-failure.png"))
+            raise
+        finally:
+            browser.close()

@@ -25,9 +25,11 @@ pytest.importorskip("playwright", reason="playwright is missing: pip install 'tp
 
 from test_browser_lab import (  # noqa: E402 (after the skips: it needs the same packages)
     CELLS,
+    SLICE_CELLS,
     _api,
     _kernel_eval,
     _notebook,
+    check_slice_widget,
     jupyter,
 )
 
@@ -118,6 +120,48 @@ def test_dashboard_in_notebook7(notebook7):
         except Exception:
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "dashboard-notebook7-failure.png"))
+            raise
+        finally:
+            browser.close()
+
+
+def test_slice_widget_in_notebook7(notebook7):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, token, root, runtime = notebook7
+    start = time.monotonic()
+
+    def step(text: str) -> None:  # progress, shown with the failure
+        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+
+    (root / "slice.ipynb").write_text(json.dumps(_notebook(SLICE_CELLS)))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1200})
+            errors: list[str] = []  # uncaught exceptions in the page (the widget's included)
+            page.on("pageerror", lambda error: errors.append(f"{error}\n{error.stack}"))
+            page.goto(f"{base}/notebooks/slice.ipynb?token={token}")
+            expect(page.locator("#jp-NotebookLogo")).to_be_visible(timeout=60_000)
+            page.wait_for_function(
+                """() => {
+                  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+                  const kernel = panel && panel.sessionContext && panel.sessionContext.session
+                    && panel.sessionContext.session.kernel;
+                  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
+                }""",
+                timeout=60_000,
+            )
+            step("kernel idle")
+            assert page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
+            page.locator(".lm-MenuBar").get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            check_slice_widget(page, base, token, runtime, step, "slice_widget_nb7")
+            assert [error for error in errors if not _notebook7_race(error)] == []
+            page.screenshot(path=str(ARTIFACTS / "slice_widget_nb7-page.png"))
+        except Exception:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "slice_widget_nb7-failure.png"))
             raise
         finally:
             browser.close()

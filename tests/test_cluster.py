@@ -211,6 +211,38 @@ def test_a_rank_that_raises_is_reported_and_the_cluster_goes_on(cluster):
     assert cluster.run_cell("1 + 1").result["text/plain"] == "2"
 
 
+def test_a_cell_failing_alike_on_every_rank_shows_one_traceback_and_the_planners_fix(cluster):
+    """A tensor-parallel model whose key/value heads (2) do not divide over the 4 ranks: its
+    forward fails with a shape error on every rank; the message gives the planner's words and
+    the traceback once."""
+    with pytest.raises(SpmdError) as info:
+        cluster.run_cell(
+            "from transformers import LlamaConfig, LlamaForCausalLM\n"
+            "from tpu_lab.models import TINY_LLAMA\n"
+            "llama = LlamaForCausalLM(LlamaConfig(**TINY_LLAMA))\n"
+            "raise RuntimeError(\"shape '[1, 12, -1, 16]' is invalid for input of size 96\")\n"
+        )
+    message = str(info.value)
+    assert message.startswith(
+        "The cell failed on 4 of 4 ranks (0-3), the same way on each.\n\n"
+        "The tensor-parallel plan does not divide over 4 ranks. The planner says: llama: "
+        "Cannot split model.layers.0.self_attn.k_proj.weight over 4 chips: 'colwise' splits "
+        "dim 0 into per-chip heads, but num_key_value_heads=2 does not divide by 4 "
+    )
+    assert "Use a chip count that divides 2: 1, 2.\n\nranks 0-3 raised the same way:\n" in message
+    assert message.count("RuntimeError: shape") == 1
+    assert cluster.state == "ready"
+
+
+def test_a_name_the_ranks_do_not_know_says_what_to_run():
+    with pytest.raises(SpmdError) as info:
+        spmd.current().run_cell("undefined_name + 1")
+    assert ("The ranks do not know undefined_name: the ranks of a cluster started (or restarted) "
+            "begin with an empty namespace. tpu_lab ran the imports of your earlier %%tpu spmd "
+            "cells on them (") in str(info.value)
+    assert str(info.value).count("NameError: name 'undefined_name' is not defined") == 1
+
+
 def test_ranks_left_waiting_say_where_they_wait_and_restart_recovers(cluster):
     with pytest.raises(SpmdError) as info:
         cluster.run_cell(
@@ -220,7 +252,7 @@ def test_ranks_left_waiting_say_where_they_wait_and_restart_recovers(cluster):
             "dist.barrier()\n"
         )
     message = str(info.value)
-    assert message.startswith("The cell failed on 4 of 4 ranks (0, 1, 2, 3).")
+    assert message.startswith("The cell failed on 4 of 4 ranks (0-3).")
     assert "%tpu cluster restart" in message
     assert "ValueError: boom on rank 2" in message
     for rank in (0, 1, 3):
@@ -236,6 +268,9 @@ def test_ranks_left_waiting_say_where_they_wait_and_restart_recovers(cluster):
     assert cluster.state == "broken"
     spmd.restart()
     assert cluster.run_cell("1 + 1").result["text/plain"] == "2"
+    # the restarted ranks have the imports of the cells before: torch, dist, LlamaConfig...
+    assert cluster.run_cell("dist.get_world_size(), LlamaConfig.__name__").result[
+        "text/plain"] == "(4, 'LlamaConfig')"
 
 
 def test_a_killed_rank_is_reported_and_restart_recovers(cluster):

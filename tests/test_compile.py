@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -111,3 +113,26 @@ def test_the_lowering_is_read_once_and_a_block_chooses_it(monkeypatch):
     assert compile_backend._lowering() == chosen
     with pytest.raises(ValueError, match="lowering must be 'inductor' or 'aten', got 'gcc'"):
         compile_backend.lowering("gcc").__enter__()
+
+
+def test_cpu_inputs_to_a_tpu_compiled_function_run_on_the_chip_and_say_so(use_lowering):
+    """As TorchTPU's static compiler takes them (docs/compatibility/torchtpu.md quotes its
+    source): the graph runs on the chip, the result is on "tpu"; a warning names the inputs."""
+    use_lowering("aten")
+    f = torch.compile(lambda x, y: x * y, backend="tpu")
+    with pytest.warns(UserWarning) as caught:
+        out = f(torch.ones(3), torch.full((3,), 2.0))
+    assert out.device.type == "tpu" and torch.equal(out.cpu(), torch.full((3,), 2.0))
+    assert str(caught[0].message) == (
+        "A function compiled with backend='tpu' was given CPU tensors (x, y). As on TorchTPU, "
+        "the graph runs on the chip: those tensors are copied to it on every call, and the "
+        "results are on 'tpu'. Move them once with .to('tpu') (a model: model.to('tpu')), or "
+        "compile without backend='tpu' to run on the CPU."
+    )
+    model = torch.compile(torch.nn.Linear(4, 2), backend="tpu")
+    with pytest.warns(UserWarning, match=r"CPU tensors \(weight, bias, args\[0\]\)"):
+        model(torch.ones(1, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # all on "tpu": nothing to say
+        f(torch.ones(3, device="tpu"), torch.ones(3, device="tpu"))
+    torch._dynamo.reset()

@@ -13,6 +13,7 @@ import tpu_lab
 from tpu_lab import events
 from tpu_lab.events import EventLog
 from tpu_lab.events.event_log import Pending
+from tpu_lab.session import cache_note
 from tpu_lab.views._dashboard_view import DashboardView
 
 pytest.importorskip("anywidget", reason="the dashboard needs the [lab] extra")
@@ -273,7 +274,12 @@ def test_static_text_at_a_fixed_width():
     assert DashboardView(STATE).to_text(width=90) == (
         "tpu_lab dashboard · TPU v6e (simulated) · v6e-4 (2,2,1), 4 chips; this process drives 1\n"
         "  eager mode     DEFER_AND_FUSE\n"
-        "  compile cache  hit rate 75% (3 of 4 graphs)\n"
+        "  compile cache  hit rate 75% (3 of 4 lookups since the kernel started)\n"
+        "                 DEFER_AND_FUSE: the ops between two sync points are one graph, looked up\n"
+        "                 in the eager compile cache by its ops, shapes, dtypes and Python scalars:\n"
+        "                 a hit reuses the compiled graph, a miss compiles it. Each program launch\n"
+        "                 costs time: the estimates count 10 µs per eager op and 20 µs per compiled\n"
+        "                 graph.\n"
         "  torch.compile  1 compile, 2 recompiles\n"
         "  HBM chip 0     ██░░░░░░░░ 8.00 GiB / 32.00 GiB, peak 12.00 GiB\n"
         "  HBM chip 1     32.00 GiB, driven by another process\n"
@@ -291,7 +297,7 @@ def test_static_html_has_gauges_and_explanations():
     assert "driven by another process" in html
     assert html.index("In [6]") < html.index("In [5]")  # newest cell first
     assert "<details><summary style='cursor:pointer;color:#6b7280'>why?</summary><b>why</b>" in html
-    assert "hit rate <b>75% (3 of 4 graphs)</b>" in html
+    assert "hit rate <b>75% (3 of 4 lookups since the kernel started)</b>" in html
 
 
 def test_closing_freezes_the_displayed_output_into_static_html(log, dashboards, monkeypatch):
@@ -379,9 +385,11 @@ def test_the_rows_of_a_state_are_computed_once_for_every_drawing():
         "backend": "tpu_lab bundled device",
     }
     assert drawn["counters"] == {
-        "rate": "75%", "fill": 75.0, "hit_rate": "75% (3 of 4 graphs)",
-        "detail": "hit rate · 3 hits, 1 misses of 4 graphs", "compiles": "1 compile",
-        "recompiles": "2 recompiles", "warn": True,
+        "rate": "75%", "fill": 75.0,
+        "hit_rate": "75% (3 of 4 lookups since the kernel started)",
+        "detail": "hit rate · 3 hits, 1 misses of 4 lookups since the kernel started",
+        "compiles": "1 compile", "recompiles": "2 recompiles", "warn": True,
+        "note": cache_note("DEFER_AND_FUSE"),
     }  # fmt: skip
     assert drawn["gauges"] == {
         "columns": 2,
@@ -464,3 +472,18 @@ def test_each_cell_shows_its_host_time_and_its_estimated_tpu_time(dashboards):
     dash.close()
     shell.run_cell("y = x @ x")
     assert cell_times.timed() == before + 1  # closed: nobody asks
+
+
+def test_the_cache_is_explained_beside_its_counters_and_no_line_is_cut_mid_figure():
+    """In DEFER_NEVER a high hit rate with nothing of the user's compiled: the dashboard says
+    why (every eager op is a cached program) and what launches cost; long lines wrap."""
+    state = {**STATE, "eager_mode": "DEFER_NEVER", "times": [
+        {"cell": 6, "host": 10.4, "estimate": "estimated on an idealised TPU v6e chip (not a "
+                                              "measurement): 47.3 ms (launch-bound)"}]}
+    text = DashboardView(state).to_text(width=72)
+    assert ("DEFER_NEVER: each op runs as its own small compiled program, looked up in the "
+            "eager compile cache by op, shapes and dtypes") in " ".join(text.split())
+    assert "10 µs per eager op and 20 µs per compiled graph" in " ".join(text.split())
+    assert "…" not in text and all(len(line) <= 72 for line in text.splitlines())
+    assert "47.3 ms (launch-bound)" in " ".join(text.split())
+    assert "each op runs as its own small compiled program" in DashboardView(state).to_html()

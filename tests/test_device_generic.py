@@ -154,3 +154,115 @@ def test_other_index_ops_still_refuse_cpu_indices():
     x = torch.arange(6.0, device="tpu")
     with pytest.raises(RuntimeError, match="on the same device"):
         x.index_select(0, torch.tensor([1, 2]))
+
+
+# -- sparse COO tensors: the ops TorchTPU has sparse kernels for -------------------------
+
+
+def same_sparse(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Both sparse, same dimensions and coalesced flag, bitwise equal indices and values."""
+    assert a.layout == b.layout == torch.sparse_coo
+    assert (a.shape, a.sparse_dim(), a.dense_dim()) == (b.shape, b.sparse_dim(), b.dense_dim())
+    assert a.is_coalesced() == b.is_coalesced()
+    same(a._indices(), b._indices())
+    same(a._values(), b._values())
+
+
+def sparse_pair(dtype=torch.float64):
+    """An uncoalesced sparse tensor (a repeated index, a dense dimension) on the CPU and "tpu"."""
+    indices = torch.tensor([[0, 3, 1, 3], [2, 0, 2, 0]])
+    values = (torch.arange(8.0).view(4, 2) * 0.7 - 1.3).to(dtype)
+    cpu = torch.sparse_coo_tensor(indices, values, (4, 3, 2), check_invariants=True)
+    tpu = torch.sparse_coo_tensor(indices, values, (4, 3, 2), device="tpu", check_invariants=True)
+    return cpu, tpu
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex128])
+def test_sparse_construction_and_members_match_the_cpu(dtype):
+    cpu, tpu = sparse_pair(dtype)
+    assert (tpu.device.type, tpu.layout) == ("tpu", torch.sparse_coo)
+    same_sparse(tpu, cpu)
+    assert tpu._nnz() == cpu._nnz() == 4
+    same(tpu.to_dense(), cpu.to_dense())
+    same_sparse(tpu.coalesce(), cpu.coalesce())
+    same(tpu.coalesce().indices(), cpu.coalesce().indices())
+    same(tpu.coalesce().values(), cpu.coalesce().values())
+    assert tpu.coalesce().values().device.type == "tpu"
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: a + b,
+        lambda a, b: a - b,
+        lambda a, b: a * b,
+        lambda a, b: torch.add(a, b, alpha=2.5),
+        lambda a, b: -a,
+        lambda a, b: a * 3,
+        lambda a, b: a.clone(),
+    ],
+    ids=["add", "sub", "mul", "add_alpha", "neg", "mul_scalar", "clone"],
+)
+def test_sparse_arithmetic_matches_the_cpu(op):
+    cpu, tpu = sparse_pair()
+    other_cpu = torch.sparse_coo_tensor(
+        torch.tensor([[3, 2], [0, 1]]), torch.ones(2, 2, dtype=torch.float64), (4, 3, 2),
+        check_invariants=True,
+    )
+    same_sparse(op(tpu, other_cpu.to("tpu")), op(cpu, other_cpu))
+
+
+def test_sparse_in_place_ops_and_dense_mixes_match_the_cpu():
+    cpu, tpu = sparse_pair()
+    cpu.add_(cpu.coalesce())
+    tpu.add_(tpu.coalesce())
+    same_sparse(tpu, cpu)
+    dense = torch.arange(24.0, dtype=torch.float64).view(4, 3, 2)
+    same(dense.to("tpu") + tpu, dense + cpu)
+    cpu.zero_()
+    tpu.zero_()
+    same_sparse(tpu, cpu)
+
+
+def test_sparse_tensors_move_between_the_cpu_and_tpu():
+    cpu, tpu = sparse_pair()
+    same_sparse(tpu.cpu(), cpu)
+    assert tpu.cpu().device.type == "cpu"
+    same_sparse(cpu.to("tpu"), cpu)
+    assert cpu.to("tpu").device.type == "tpu"
+    same_sparse(tpu.to(torch.float32), cpu.to(torch.float32))
+    dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    same_sparse(dense.to("tpu").to_sparse(), dense.to_sparse())
+
+
+def test_sparse_gradients_accumulate_as_on_the_cpu():
+    class Fixed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, grad):
+            ctx.save_for_backward(grad)
+            return x
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            return ctx.saved_tensors[0], None
+
+    grads = []
+    for device in ("cpu", "tpu"):
+        sparse, _ = sparse_pair()
+        sparse = sparse.to(device)
+        dense = torch.linspace(-1, 1, 24, dtype=torch.float64).view(4, 3, 2).to(device)
+        x = torch.zeros(4, 3, 2, dtype=torch.float64, device=device, requires_grad=True)
+        (Fixed.apply(x, sparse) + Fixed.apply(x, dense) + Fixed.apply(x, sparse)).sum().backward()
+        grads.append(x.grad)
+    same(grads[1], grads[0])
+
+
+def test_sparse_ops_torchtpu_has_no_kernel_for_are_refused_as_there():
+    _, tpu = sparse_pair()
+    with pytest.raises(NotImplementedError) as raised:
+        tpu.sparse_mask(tpu)
+    assert str(raised.value).startswith(
+        "aten::sparse_mask(): sparse operators are not supported on TPU yet: TorchTPU's sparse "
+        "COO tensors have construction, coalescing, add, sub, mul, neg, clone, copies, zero_ and "
+        "to_dense only. Densify first (.to_dense()) or run it on the CPU (.cpu())."
+    )

@@ -28,7 +28,7 @@ from tpu_lab.estimate.ops import OpSignature, flops, op_name
 from tpu_lab.estimate.trace import Recorder
 from tpu_lab.hardware.topology import GENERATIONS
 from tpu_lab.views import view
-from tpu_lab.views.estimate import EstimateView
+from tpu_lab.views.estimate import EstimateView, seconds_text
 
 aten = torch.ops.aten
 BF16 = torch.bfloat16
@@ -353,7 +353,8 @@ def test_an_estimate_draws_as_text_at_a_fixed_width_and_as_html():
     assert isinstance(view(e), EstimateView)
     assert view(e).to_text(width=100) == (
         "Estimated TPU time (estimate of an idealised chip, not a measurement): relu(x @ w)\n"
-        "25.1 µs on TPU v5e (eager), launch-bound\n"
+        f"expected about {seconds_text(e.expected_seconds)} (idealised bound 25.1 µs) on TPU "
+        "v5e (eager), launch-bound\n"
         "537 MFLOP (padded to the 128x128 MXU: 537 MFLOP, waste 0.0%); MXU utilisation 10.8%; "
         "HBM 4.00 MiB\n"
         "time terms: MXU 2.73 µs, HBM 5.12 µs, launches 20 µs\n"
@@ -400,3 +401,21 @@ def test_real_tpu_tensors_estimate_like_meta_tensors_and_the_public_names_resolv
                                                           fake.seconds)
     for name in est.__all__:
         assert getattr(est, name) is not None
+
+
+def test_the_roofline_draws_each_chips_points_in_its_lines_colour():
+    """Notebook 09's picture: a v5e star in the v5e roofline's colour, v6e stars in v6e's."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    from tpu_lab.estimate import estimate, roofline
+
+    w = torch.empty(8192, 8192, device="meta", dtype=torch.bfloat16)
+    shown = [estimate(lambda x: x @ w, torch.empty(b, 8192, device="meta", dtype=torch.bfloat16),
+                      on=on, title=on) for on, b in (("v6e", 16), ("v5e", 1024), ("v6e", 1024))]
+    ax = roofline(*shown, top=0).axes[0]
+    lines = {line.get_label().split(" roofline")[0]: to_hex(line.get_color())
+             for line in ax.get_lines()}
+    stars = [(c.get_label(), to_hex(c.get_facecolor()[0])) for c in ax.collections]
+    assert stars == [("v6e", lines["TPU v6e (Trillium)"]), ("v5e", lines["TPU v5e"]),
+                     ("v6e", lines["TPU v6e (Trillium)"])]

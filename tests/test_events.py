@@ -153,8 +153,13 @@ def test_bad_kind_and_capacity_are_clear_errors():
         ),
         (
             "0/4: tensor 'x' dtype mismatch. expected Half, actual Float",
-            "argument x: dtype changed from Half to Float",
+            "argument x: dtype changed from torch.float16 to torch.float32",
             "dtype",
+        ),
+        (
+            "0/0: tensor 'x' rank mismatch. expected 1, actual 2",
+            "argument x: number of dimensions changed from 1 to 2",
+            "rank",
         ),
         (
             "0/0: tensor 'L['x']' requires_grad mismatch. expected requires_grad=0",
@@ -167,7 +172,20 @@ def test_bad_kind_and_capacity_are_clear_errors():
 def test_explanations(reason, change, kind):
     explanation = explain_guard(reason)
     assert (explanation.change, explanation.kind) == (change, kind)
-    assert explanation.hint
+    assert explanation.hint and "above" not in explanation.hint
+
+
+def test_rank_dtype_and_unknown_guards_name_a_concrete_fix():
+    assert explain_guard("0/0: tensor 'x' rank mismatch. expected 1, actual 2").hint == (
+        "reshape x to the 1 dimension it was compiled with (x.reshape(-1)), or keep one "
+        "compiled function per number of dimensions: a graph is compiled for one")
+    assert explain_guard("0/1: tensor 'x' dtype mismatch. expected Float, actual BFloat16"
+                         ).hint == ("cast it back before the call (x.to(torch.float32)), or "
+                                    "compile once per dtype on purpose: a graph is compiled "
+                                    "for one dtype")
+    other = explain_guard("0/0: ___something_new(L['cfg'])")
+    assert other.kind == "other" and other.hint.startswith("the guard names the input that "
+                                                           "differs from the call that compiled")
 
 
 def test_recording_can_be_switched_off(log):

@@ -241,3 +241,20 @@ def test_events_carry_the_ipython_cell(fresh):
     assert [e.seq for e in events.log.events(cell=cell)] == [
         e.seq for e in events.log.events() if e.cell == cell
     ]
+
+
+def test_cache_counts_scope_the_counters_to_a_block_with_the_total_beside():
+    """Notebook 02's loop: the block's counts (3 hits of 5, 2 compiled), whatever ran before."""
+    import tpu_lab
+
+    torch.ones(3, device="tpu") * 2  # earlier work in the kernel
+    before = torch.tpu._get_cache_requests()
+    with tpu_lab.cache_counts() as cache, torch.tpu.set_eager_mode(
+            torch.tpu.EagerMode.DEFER_AND_FUSE):
+        w = torch.randn(64, 64, device="tpu")
+        for _ in range(5):
+            (torch.randn(8, 64, device="tpu") @ w).relu().mean().item()
+    assert (cache.requests, cache.hits, cache.misses) == (5, 3, 2)
+    assert cache.total_requests == before + 5
+    assert str(cache) == (f"compile cache in this block: 3 hits of 5 lookups (2 compiled); since "
+                          f"the kernel started: {cache.total_hits} hits of {before + 5}")

@@ -319,9 +319,9 @@ def test_time_cell_shows_the_estimate_for_the_chip_in_use(shell):
     host, estimated = out.splitlines()[:2]
     assert "(host time on the simulated device)" in host
     assert re.fullmatch(
-        r"cell: estimated on an idealised TPU v5e chip \(not a measurement\): [0-9.]+ µs "
-        r"\((compute|memory|launch)-bound; MXU \d+%, padding waste 0%; top: aten\.mm \d+%, "
-        r"aten\.fill_ \d+%\)", estimated)
+        r"cell: estimated on an idealised TPU v5e chip \(not a measurement\): expected about "
+        r"[0-9.]+ µs \(idealised bound [0-9.]+ µs\) \((compute|memory|launch)-bound; MXU \d+% "
+        r"of the bound, padding waste 0%; top: aten\.mm \d+%, aten\.fill_ \d+%\)", estimated)
 
 
 # --- the event log --------------------------------------------------------------------------
@@ -358,8 +358,8 @@ def test_events_recompiles_explain(shell):
     assert "argument x: dimension 0 changed from 3 to 4" in bundle["text/plain"]
     sync = log.events("sync")[-1].seq
     assert usage_error(shell, f"explain {sync}") == (
-        f"Event {sync} is a 'sync' event; only recompile and cache_miss events have an "
-        "explanation. List them with tpu_lab.event_log('recompile') or "
+        f"Event {sync} is a 'sync' event; only recompiles, cache misses and graph breaks "
+        "have an explanation. List them with tpu_lab.event_log('recompile') or "
         "tpu_lab.event_log('cache_miss')."
     )
     torch._dynamo.reset()
@@ -367,7 +367,7 @@ def test_events_recompiles_explain(shell):
 
 def test_explain_with_nothing_to_explain(shell):
     assert usage_error(shell, "explain") == (
-        "Nothing to explain: no recompilation has been recorded yet."
+        "Nothing to explain: no recompilation or graph break has been recorded yet."
     )
     assert usage_error(shell, "explain 999999").startswith("No event #999999 in the log")
 
@@ -652,8 +652,8 @@ def test_completions_of_a_line():
     assert completions("%tpu events --cell 3 --") == ["--kind", "--last", "--help"]
     assert completions("%tpu plan cfg --chips 4 --") == [
         "--generation", "--batch", "--seq", "--image-size", "--frames", "--dtype", "--estimate",
-        "--mode", "--remat", "--optimizer", "--max-batch",
-        "--help"]  # fmt: skip
+        "--mode", "--remat", "--optimizer", "--max-batch", "--choose", "--widget", "--max-chips",
+        "--commitment", "--tokens", "--help"]  # fmt: skip
     assert completions("%tpu plan ", ["cfg", "_x"]) == ["cfg"]
     assert completions("%tpu plan cfg ", ["cfg"]) == []
     assert completions("%tpu nosuch ") == []
@@ -676,12 +676,38 @@ def test_a_double_dash_where_a_value_goes_is_a_usage_error(shell):
     assert usage_error(shell, "parity t -- --").startswith("%tpu parity: '--' is not a value\n")
 
 
+def test_plan_choose_weighs_every_slice_and_says_what_it_needs(shell):
+    from transformers import LlamaConfig
+
+    from tpu_lab.sharding import choose
+
+    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
+    shell.user_ns.update(llama=llama)
+    _, _, (bundle,), _ = run(shell, "%tpu plan llama --choose --batch 8 --seq 64 "
+                                    "--generation v5e,v6e --max-chips 8 --tokens 1e9")
+    found = choose(llama, "train", batch=8, seq=64, generations=("v5e", "v6e"), max_chips=8,
+                   tokens=1e9)
+    assert bundle["text/plain"] == tpu_lab.view(found).to_text()
+    assert "a run of 1B tokens" in bundle["text/plain"]
+    assert "<img" in bundle["text/html"] and found.best.slice_name in bundle["text/html"]
+    assert usage_error(shell, "plan llama --choose --batch 8").splitlines()[0] == (
+        "%tpu plan: --choose weighs the slices for one step: give --batch and --seq (or "
+        "--image-size for an image model)")
+    assert "leave out --chips" in usage_error(shell, "plan llama --choose --chips 4 --batch 8 "
+                                                     "--seq 64")
+    assert usage_error(shell, "plan llama --chips 4 --max-chips 8").splitlines()[0] == (
+        "%tpu plan: --max-chips goes with --choose")
+    assert "Unknown TPU generation 'v9'" in usage_error(
+        shell, "plan llama --choose --batch 8 --seq 64 --generation v9")
+
+
 def test_plan_shows_the_estimate_of_its_step(shell):
     from transformers import LlamaConfig
 
     from tpu_lab.models.shapes import TRANSFORMER_CONFIG
     from tpu_lab.sharding import plan
-    from tpu_lab.views.estimate import seconds_text
+    from tpu_lab.views.estimate import seconds_text, usd_text
 
     llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
@@ -698,10 +724,12 @@ def test_plan_shows_the_estimate_of_its_step(shell):
     ):  # fmt: skip
         _, _, (bundle,), _ = run(shell, f"%tpu plan {line}")
         text = " ".join(bundle["text/plain"].split())  # the lines unwrapped
-        rate = f"{expected.throughput:,.0f} {unit}/s on all chips"
+        rate = f"{expected.expected_throughput:,.0f} {unit}/s on all chips"
         assert f"{label}{expected.title}" in text
-        assert (f"{seconds_text(expected.seconds)} on {expected.chip.product} (compiled), "
+        assert (f"expected about {seconds_text(expected.expected_seconds)} (idealised bound "
+                f"{seconds_text(expected.seconds)}) on {expected.chip.product} (compiled), "
                 f"{expected.bound}-bound; {rate}") in text
+        assert f"list price (not a quote) {usd_text(expected.usd_per_step())} per step" in text
         assert expected.verdict.startswith("fits in HBM: ") and expected.verdict in text
         assert seconds_text(expected.seconds) in bundle["text/html"]
     _, _, (bundle,), _ = run(shell, "%tpu plan llama --chips 4 --batch 2 --seq 32 --estimate none")
@@ -732,3 +760,131 @@ def test_plan_finds_the_largest_batch_and_refuses_a_bad_step(shell):
     assert usage_error(shell, "plan llama --chips 1 --max-batch").startswith(
         "%tpu plan: --max-batch needs the length of a step: give --seq (or --image-size for an "
         "image model)\n")
+
+
+def test_plan_widget_opens_the_slice_widget_at_the_given_slice(shell):
+    pytest.importorskip("anywidget", reason="the slice widget needs the [lab] extra")
+    from transformers import LlamaConfig
+
+    from tpu_lab.views.slice_widget import SliceWidget
+
+    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
+    shell.user_ns.update(llama=llama)
+    _, _, (bundle,), _ = run(shell, "%tpu plan llama --widget --batch 8 --seq 64 --generation v5p "
+                                    "--chips 4 --remat full --commitment spot")
+    expected = SliceWidget(llama, "train", batch=8, seq=64, generation="v5p", devices=4,
+                           remat="full", commitment="spot")
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"] == expected.view().to_text()
+    assert "v5p-4 (4 chips) · tp 1 x fsdp 4 · remat full" in bundle["text/plain"]
+    # without --generation: the current topology's generation and chips, as %tpu plan takes them
+    tpu_lab.use_topology("v5e-8")
+    _, _, (bundle,), _ = run(shell, "%tpu plan llama --widget --estimate forward --batch 8 "
+                                    "--seq 64")
+    assert "v5e-8 (8 chips) · tp 1 x data 8" in bundle["text/plain"]
+
+
+def test_plan_widget_says_what_it_needs(shell):
+    from transformers import LlamaConfig
+
+    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
+    shell.user_ns.update(llama=llama)
+    first = lambda line: usage_error(shell, line).splitlines()[0]  # noqa: E731
+    assert first("plan llama --widget --batch 8") == (
+        "%tpu plan: --widget weighs one step: give --batch and --seq (or --image-size for an "
+        "image model)")
+    assert first("plan llama --widget --choose --batch 8 --seq 64") == (
+        "%tpu plan: --widget shows one slice at a time with controls, --choose ranks them all: "
+        "give one of them")
+    assert first("plan llama --widget --batch 8 --seq 64 --tokens 1e9") == (
+        "%tpu plan: --widget weighs a step as --choose does (AdamW for training): leave out "
+        "--tokens")
+    assert first("plan llama --widget --batch 8 --seq 64 --estimate none") == (
+        "%tpu plan: --widget needs a task: --estimate forward|train|decode, or leave it out "
+        "(train)")
+    pytest.importorskip("anywidget", reason="the slice widget needs the [lab] extra")
+    assert usage_error(shell, "plan llama --widget --batch 6 --seq 64 --generation v6e "
+                              "--chips 16") == (
+        "batch must be a positive multiple of the 4 FSDP chips beside tensor parallelism of 4; "
+        "got 6, try 4.")
+    assert usage_error(shell, "plan llama --widget --estimate forward --remat full --batch 8 "
+                              "--seq 64 --generation v6e --chips 4") == (
+        "remat 'full' checkpoints a training step's activations; a forward step keeps none: use "
+        "'none'.")
+
+
+def test_explain_covers_a_fullgraph_graph_break_and_a_split_function(shell):
+    """After a fullgraph=True graph break, %tpu explain explains the break (not the recompile
+    before it); a function compiled without fullgraph that breaks is explained too."""
+    torch._dynamo.reset()
+    run(shell, "import torch\nf = torch.compile(lambda x: x * 2, backend='tpu', fullgraph=True)\n"
+               "f(torch.ones(3, device='tpu')); f(torch.ones(3, 3, device='tpu'))")
+    out, err, shown, _ = run(shell, "%tpu explain")
+    assert shown, (out, err)
+    assert shown[0]["text/plain"].splitlines()[0].endswith(
+        "argument x: number of dimensions changed from 1 to 2")
+    run(shell, "@torch.compile(backend='tpu', fullgraph=True)\ndef g(x):\n"
+               "    if x.sum() > 0:\n        return x + 1\n    return x\n"
+               "try:\n    g(torch.ones(3, device='tpu'))\nexcept Exception:\n    pass")
+    _, _, shown, _ = run(shell, "%tpu explain")
+    text = shown[0]["text/plain"]
+    cell = re.search(r"In\[(\d+)\]:3: if x.sum", text)[1]
+    assert text.splitlines()[1:] == [
+        "  function           g",
+        f"  called at          In[{cell}]:7",
+        f"  the line           In[{cell}]:3: if x.sum() > 0:",
+        "  why it breaks      Python control flow (if/while) on a tensor's value: the branch is "
+        "only known",
+        "                     when the chip has computed it",
+        "  how to fix         compute both sides and choose with torch.where(condition, a, b), "
+        "or move the",
+        "                     branch out of the compiled function",
+        "  cost               fullgraph=True: the call failed, nothing was compiled",
+    ]
+    run(shell, "@torch.compile(backend='tpu')\ndef h(x):\n    y = x + 1\n"
+               "    n = y.sum().item()\n    return y * n\nh(torch.ones(3, device='tpu'))")
+    _, _, shown, _ = run(shell, "%tpu explain")
+    text = shown[0]["text/plain"]
+    assert "  function           h\n" in text and ": n = y.sum().item()" in text
+    assert "keep the value a tensor inside the compiled function" in text
+    assert "h runs as several graphs with Python between them" in text
+    torch._dynamo.reset()
+
+
+def test_a_mixed_device_error_names_the_cells_tensors_and_the_fix(shell):
+    """In a notebook the device's mixed-device error is told for the cell: which name is on
+    which device, the move that fixes it; the Trainer's setting only where accelerate is."""
+    run(shell, "import torch\nmodel = torch.nn.Linear(4, 2)\nx = torch.ones(1, 4, device='tpu')")
+    _, _, _, result = run(shell, "y = model(x)")
+    cell = result.execution_count
+    assert str(result.error_in_exec) == (
+        "Expected all tensors to be on the same device, but found at least two devices, tpu:0 "
+        f"and cpu! In In[{cell}]:1, 'y = model(x)': model (a model) is on cpu, x (a tensor) is "
+        "on tpu:0. Move the model to the chip: model.to('tpu') (once, before the call).")
+    _, _, _, result = run(shell, "a = torch.ones(3, device='tpu'); b = torch.ones(3)\na + b")
+    assert str(result.error_in_exec).endswith(
+        "'a + b': a (a tensor) is on tpu:0, b (a tensor) is on cpu. Move b to the chip: "
+        "b.to('tpu').")
+    _, _, _, result = run(shell, "torch.ones(3, device='tpu') + torch.ones(3)")
+    assert str(result.error_in_exec) == (
+        "Expected all tensors to be on the same device, but found at least two devices, tpu:0 "
+        "and cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu()).")
+
+
+def test_the_trainers_setting_is_named_only_where_accelerate_is_in_the_traceback():
+    from tpu_lab.magics.devices_error import ACCELERATE_FIX, retold
+
+    scope: dict = {}
+    exec(compile("def prepare(a, b):\n    return a + b\n", "/site/accelerate/ops.py", "exec"),
+         scope)
+    with pytest.raises(RuntimeError) as info:
+        scope["prepare"](torch.ones(3, device="tpu"), torch.ones(3))
+    told = retold(info.value, info.tb)
+    assert told.endswith("(or the 'tpu' one with .cpu()). " + ACCELERATE_FIX)
+    assert ACCELERATE_FIX.endswith("set ACCELERATE_TORCH_DEVICE=tpu before the Trainer starts.")
+    with pytest.raises(RuntimeError) as info:
+        torch.ones(3, device="tpu") + torch.ones(3)
+    assert "ACCELERATE" not in retold(info.value, info.tb)
+    assert retold(ValueError("other"), None) is None

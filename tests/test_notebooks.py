@@ -1,7 +1,10 @@
-"""Every teaching notebook runs top to bottom in a fresh kernel, and its stored outputs (read on
-GitHub) are clean: no errors, tracebacks, stderr or machine paths."""
+"""Every teaching notebook runs top to bottom in a fresh kernel, in the notebooks' folder as a
+participant runs it, and its stored outputs (read on GitHub) are clean: no errors, tracebacks,
+stderr or machine paths; running them all leaves the checkout as it was (``git status``)."""
 
 import importlib.util
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,10 +35,41 @@ def test_stored_outputs_are_clean(path):
     assert runner.problems(nb) == []
 
 
+def _git_status() -> str | None:
+    """``git status --porcelain`` of the checkout (ignored files left out), None outside one."""
+    if shutil.which("git") is None:
+        return None
+    done = subprocess.run(["git", "status", "--porcelain"], cwd=runner.NOTEBOOKS.parent,
+                          capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def status_before():
+    """The checkout's status before the first notebook runs (empty in CI's fresh clone)."""
+    return _git_status()
+
+
+#: The notebooks the test above has run in this session.
+_RAN: set[Path] = set()
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_clean(path):
+def test_notebook_runs_clean(path, status_before):
     nb = runner.execute(path, timeout=300)
+    _RAN.add(path)
     assert runner.problems(nb) == []
+
+
+def test_running_every_notebook_leaves_git_status_as_it_was(status_before):
+    """After the notebooks above ran in the notebooks' folder: nothing new, nothing changed (what
+    they write is under scratch/, which git ignores); in a clean checkout, empty."""
+    if status_before is None:
+        pytest.skip("not a git checkout")
+    for path in NOTEBOOKS:
+        if path not in _RAN:  # run alone (-k), this test runs them itself
+            runner.execute(path, timeout=300)
+    assert _git_status() == status_before
 
 
 def test_problems_finds_errors_paths_and_tracebacks():

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -206,8 +207,13 @@ def test_profile_has_an_estimated_tpu_track_and_a_per_op_table(shell):
     track = next(i for i, line in enumerate(lines) if line.startswith(" est. TPU |"))
     assert lines[track + 2] == (
         "           est. TPU: estimated time on an idealised TPU v5e chip (not a measurement)")
-    head = lines.index("  estimated on an idealised TPU v5e chip (not a measurement): "
-                       f"{seconds_text(p.estimate.seconds)}, {p.estimate.bound}-bound")
+    said = textwrap.wrap(
+        "estimated on an idealised TPU v5e chip (not a measurement): expected about "
+        f"{seconds_text(p.estimate.expected_seconds)} (idealised bound "
+        f"{seconds_text(p.estimate.seconds)}), {p.estimate.bound}-bound", 100,
+        initial_indent="  ", subsequent_indent="    ")
+    head = lines.index(said[0]) + len(said) - 1
+    assert lines[head - len(said) + 1:head + 1] == said
     assert lines[head + 1].split() == [
         "op", "count", "est.", "time", "share", "FLOPs", "HBM", "FLOP/B", "bound"]
     mm = next(line for line in lines[head:] if line.startswith("  aten.mm 256x512 "))

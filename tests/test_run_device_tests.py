@@ -79,8 +79,10 @@ def test_a_recorded_run_is_paired_counted_and_grouped_by_cause():
     assert (r.paired, r.cpu_passed, r.tpu_passed) == (5, 4, 1)
     assert r.skipped == {"Only runs on cpu": ["TestShapeOps::test_unbind_{device}"]}
     assert r.causes == {
-        QUANTIZED: ["TestShapeOps::test_flip_{device}_float32"],
-        "AssertionError: no": ["TestShapeOps::test_nonzero_{device}_bool"],
+        (QUANTIZED, "quantized tensors: TorchTPU has no quantized kernels"): [
+            "TestShapeOps::test_flip_{device}_float32"
+        ],
+        ("AssertionError: no", None): ["TestShapeOps::test_nonzero_{device}_bool"],
     }
     assert r.unexplained == 1  # the quantized one is shared with TorchTPU
     assert device_tests.render(r) == textwrap.dedent(
@@ -94,6 +96,25 @@ def test_a_recorded_run_is_paired_counted_and_grouped_by_cause():
     )
 
 
+def test_an_explanation_can_be_for_some_tests_only():
+    # a generic failure is shared with TorchTPU for the tests the explanation names, no others
+    rows = [
+        ("TestNNDeviceTypeCPU::test_upsamplingBiMode2d_nonsupported_dtypes_mode_bilinear_uint8_"
+         "cpu_uint8", "call", "passed", ""),
+        ("TestNNDeviceTypePRIVATEUSE1::test_upsamplingBiMode2d_nonsupported_dtypes_mode_bilinear_"
+         "uint8_tpu_uint8", "call", "failed", "AssertionError: RuntimeError not raised"),
+        ("TestNNDeviceTypeCPU::test_other_cpu", "call", "passed", ""),
+        ("TestNNDeviceTypePRIVATEUSE1::test_other_tpu", "call", "failed",
+         "AssertionError: RuntimeError not raised"),
+    ]  # fmt: skip
+    r = device_tests.report("test/test_nn.py", recorded_run(rows))
+    assert [why for _, why in r.causes] == [
+        None,  # test_other
+        "uint8 bilinear/bicubic interpolation: TorchTPU takes uint8, as the CPU does",
+    ]
+    assert r.unexplained == 1
+
+
 def test_the_markdown_table_counts_each_file():
     r = device_tests.report("test/test_shape_ops.py", recorded_run())
     broken = device_tests.report(
@@ -101,10 +122,23 @@ def test_the_markdown_table_counts_each_file():
         recorded_run([("test/test_nn.py", "collect", "failed", "ImportError: cannot import name "
                        "'TEST_NEW_THING' from 'torch.testing._internal.common_utils'")]),
     )  # fmt: skip
-    assert broken.import_error == "TEST_NEW_THING"
+    assert broken.import_error == "missing: TEST_NEW_THING"
     table = device_tests.markdown([r, broken]).splitlines()
     assert table[2] == "| `test/test_shape_ops.py` | 5 | 4 | 1 | 1 | 2 (1 unexplained) |"
-    assert table[3] == "| `test/test_nn.py` | - | - | - | - | does not import: `TEST_NEW_THING` |"
+    assert table[3] == "| `test/test_nn.py` | - | - | - | - | does not import (missing: TEST_NEW_THING) |"
+
+
+def test_a_file_that_fails_to_import_for_another_reason_gives_that_error():
+    # test_tensor_creation_ops.py uses a bare @skipIfTorchDynamo, which torch 2.13 rejects
+    failure = "AssertionError: Are you using skipIfTorchDynamo correctly?"
+    broken = device_tests.report(
+        "test/test_tensor_creation_ops.py",
+        recorded_run([("test/test_tensor_creation_ops.py", "collect", "failed", failure)]),
+    )
+    assert broken.import_error == failure
+    assert device_tests.render(broken) == (
+        f"test/test_tensor_creation_ops.py: does not import on this torch ({failure})"
+    )
 
 
 def test_a_run_stopped_by_its_timeout_says_so():
@@ -177,6 +211,6 @@ def test_a_device_generic_file_runs_with_both_instantiations(tmp_path, capsys):
     assert "1 differ, shared with TorchTPU: quantized tensors" in out
     assert "test/test_broken.py: does not import on this torch (missing: NOT_IN_THIS_TORCH)" in out
     assert "test/test_absent.py: not in" in out
-    assert "| `test/test_broken.py` | - | - | - | - | does not import: `NOT_IN_THIS_TORCH` |" in (
+    assert "| `test/test_broken.py` | - | - | - | - | does not import (missing: NOT_IN_THIS_TORCH) |" in (
         markdown.read_text()
     )

@@ -132,13 +132,18 @@ def test_dtype_generation_and_fit():
 def test_the_steps_activations_scale_with_tokens_and_split_with_the_chips():
     config = LlamaConfig(**LLAMA4)
 
-    def saved(**options):
-        e = plan(config, dtype=torch.bfloat16, seq=32, **options).estimate("train", mode="eager")
+    def saved(vocab=32, **options):
+        e = plan(LlamaConfig(**dict(LLAMA4, vocab_size=vocab)), dtype=torch.bfloat16, seq=32,
+                 **options).estimate("train", mode="eager")
         return e.memory.of("activations saved for backward")
 
     one, four, double = saved(chips=1, batch=2), saved(chips=4, batch=2), saved(chips=4, batch=4)
     assert double == pytest.approx(2 * four, rel=0.05)
     assert four < 0.6 * one  # most activations split with the heads and the MLP
+    # the LM head's output is gathered whole on every chip (colwise_gather_output): a larger
+    # vocabulary adds as much to each of four chips as to one
+    assert saved(256, chips=4, batch=2) - four == pytest.approx(
+        saved(256, chips=1, batch=2) - one, rel=0.05)
     assert plan(config, chips=4).batch is None  # no step: weights only
     with pytest.raises(ShardingError, match="Pass seq with batch"):
         plan(config, chips=4, batch=2)

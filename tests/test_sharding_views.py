@@ -16,7 +16,7 @@ from tpu_lab.sharding import plan, simulate
 from tpu_lab.sharding.info import REPLICATE, Split, layout_info, model_layout, shard
 from tpu_lab.units import format_bytes
 from tpu_lab.views import figure
-from tpu_lab.views.estimate import seconds_text
+from tpu_lab.views.estimate import seconds_text, usd_text
 from tpu_lab.views.sharding import (
     CHIP_COLORS,
     LayoutView,
@@ -24,6 +24,8 @@ from tpu_lab.views.sharding import (
     PlanMemoryView,
     PlanView,
     ShardingView,
+    natural_key,
+    table_rows,
     view,
 )
 
@@ -77,15 +79,44 @@ picture: dim 0 (16) left to right
 
 
 def test_layout_table_sorted_by_bytes_per_chip(tiny_plan):
+    """Heaviest first; a tensor of every layer is one row; a name too long for the column gets
+    a line of its own, never cut."""
     assert LayoutView(tiny_plan.layout, limit=4).to_text(80) == """\
 LlamaForCausalLM on 4 chips (mesh tp=4): 23 tensors, 449.31 KiB unsharded,
   113.31 KiB per chip
-  tensor                   shape dtype placement style                  per chip
-  lm_head.weight        256 x 64 f32   Shard(0)  colwise_gather_output 16.00 KiB
-  model.…_tokens.weight 256 x 64 f32   Shard(0)  embedding_rowwise     16.00 KiB
-  model.…wn_proj.weight 64 x 128 f32   Shard(1)  rowwise                8.00 KiB
-  model.…te_proj.weight 128 x 64 f32   Shard(0)  colwise                8.00 KiB
-  … 19 more tensors, 65.31 KiB per chip"""
+  tensor                shape dtype placement style                     per chip
+  lm_head.weight     256 x 64 f32   Shard(0)  colwise_gather_output    16.00 KiB
+  model.embed_tokens.weight
+                     256 x 64 f32   Shard(0)  embedding_rowwise        16.00 KiB
+  model.layers.{0-1}.mlp.down_proj.weight
+                     64 x 128 f32   Shard(1)  rowwise               2 x 8.00 KiB
+  model.layers.{0-1}.mlp.gate_proj.weight
+                     128 x 64 f32   Shard(0)  colwise               2 x 8.00 KiB
+  … 17 more tensors, 49.31 KiB per chip"""
+
+
+def test_layout_rows_natural_order_and_every_kind_of_weight_shown():
+    """A 7B-shaped model: 293 tensors in 14 rows, so its attention weights show (sorted as
+    text, the 25 rows held lm_head, the embedding and 23 of the 96 MLP weights); layer numbers
+    sort as numbers."""
+    llama7b = LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                          num_attention_heads=32, num_key_value_heads=8, vocab_size=32000)
+    layout = plan(llama7b, chips=4, generation="v5e", dtype=torch.bfloat16).layout
+    rows = table_rows(layout)
+    assert [r.name for r in rows][:9] == [
+        "lm_head.weight", "model.embed_tokens.weight",
+        "model.layers.{0-31}.mlp.down_proj.weight", "model.layers.{0-31}.mlp.gate_proj.weight",
+        "model.layers.{0-31}.mlp.up_proj.weight", "model.layers.{0-31}.self_attn.o_proj.weight",
+        "model.layers.{0-31}.self_attn.q_proj.weight",
+        "model.layers.{0-31}.self_attn.k_proj.weight",
+        "model.layers.{0-31}.self_attn.v_proj.weight",
+    ]
+    assert sum(len(r.entries) for r in rows) == 293 and len(rows) == 14
+    assert "… " not in LayoutView(layout).to_text(120)  # nothing left out
+    assert "32 x 21.50 MiB" in LayoutView(layout).to_text(120)
+    assert sorted(["layers.10.w", "layers.2.w", "layers.1.w"], key=natural_key) == [
+        "layers.1.w", "layers.2.w", "layers.10.w"]
+    assert [e.name.split(".")[2] for e in rows[2].entries] == [str(n) for n in range(32)]
 
 
 def test_hbm_bars_against_capacity():
@@ -108,7 +139,7 @@ HBM, TPU v5e: 16.00 GiB per chip
 def test_plan_text(tiny_plan):
     estimate = tiny_plan.estimate("forward")
     peak = format_bytes(int(estimate.peak_hbm_bytes))
-    assert view(tiny_plan).to_text(80).splitlines()[:17] == [
+    assert view(tiny_plan).to_text(80).splitlines()[:19] == [
         "Plan: LlamaForCausalLM (config), tensor parallel over 4 chips of TPU v6e",
         "  (v6e-4), f32 weights",
         f"fits in HBM: peak {peak} of 32.00 GiB per chip (estimate, compiled), forward",
@@ -118,14 +149,19 @@ def test_plan_text(tiny_plan):
         "weights: 113.31 KiB per chip (449.31 KiB unsharded)",
         "Estimated TPU time (estimate of an idealised chip, not a measurement):",
         "  LlamaForCausalLM forward: batch 2 x seq 16 on 4 x TPU v6e (Trillium) (tp 4)",
-        f"{seconds_text(estimate.seconds)} on TPU v6e (Trillium) (compiled), "
-        f"{estimate.bound}-bound; {estimate.throughput:,.0f} tokens/s on",
-        "  all chips",
+        f"expected about {seconds_text(estimate.expected_seconds)} (idealised bound "
+        f"{seconds_text(estimate.seconds)}) on TPU v6e (Trillium)",
+        f"  (compiled), {estimate.bound}-bound; {estimate.expected_throughput:,.0f} tokens/s on "
+        "all chips",
+        f"list price (not a quote) {usd_text(estimate.usd_per_step())} per step on 4 chips at "
+        "$2.70 per chip-hour",
+        "  on-demand (us-central1, read 2026-12-06); "
+        f"{usd_text(estimate.usd_per(1e6))} per million tokens",
         "HBM, TPU v6e: 32.00 GiB per chip",
         "  █ weights, ░ temporaries, ▪ inputs, · free",
         "  at the estimated peak of the forward step (compiled), at "
-        f"{estimate.memory.at}: an",
-        "  estimate, not a measurement",
+        f"{estimate.memory.at}: an estimate,",
+        "  not a measurement",
         f"  chip 0  │························│ {peak} (<1%)",
         f"  chip 1  │························│ {peak} (<1%)",
         f"  chip 2  │························│ {peak} (<1%)",
@@ -178,6 +214,9 @@ def test_mesh_run_view():
     lines = view(run).to_text(90).splitlines()
     assert lines[0] == ("Simulated mesh: Sequential, tensor parallel over 2 chips (one process, "
                         "CPU shards,")
+    table = view(run).to_text(90).splitlines()[-6:]  # the plan's styles, no empty column
+    assert table[1].split() == ["tensor", "shape", "dtype", "placement", "style", "per", "chip"]
+    assert table[2].split()[:1] + table[2].split()[-3:] == ["0.weight", "colwise", "256", "B"]
     assert lines[2].startswith("output vs unsharded: max |diff| ")
     assert "equal within rtol 0.0001 atol 1e-05 on every chip" in view(run).to_text(200)
     assert "communication in the forward: all_reduce x1" in lines

@@ -21,6 +21,10 @@ from tpu_lab.cli import main  # noqa: E402
 from tpu_lab.models import clips  # noqa: E402
 from tpu_lab.session import COMPILED, EAGER  # noqa: E402
 
+#: What the events panel says of an eager request (the eager cache explained).
+EAGER_NOTE = ("Eager: op by op, no graph of yours compiled. DEFER_NEVER: each op runs as its "
+              "own small compiled program")
+
 DEFAULTS = {"prompt": video.EXAMPLE, "size": 32, "steps": 4, "seed": 0, "guidance": 1,
             "scale": 4, "mode": EAGER.value, "chips": 1}  # fmt: skip
 
@@ -44,7 +48,7 @@ def test_prompt_in_clip_and_verdict_out(client):
     clip, verdict, html, report = _call(client)
     assert video_frames(clip) == (clips.FRAMES, (32 * 4, 32 * 4), "h264")
     assert verdict.startswith("The judge: ")
-    assert report["mode"] == "eager" and "Eager: op by op, nothing compiled." in html
+    assert report["mode"] == "eager" and EAGER_NOTE in html
 
 
 def test_compiled_mode_compiles_once_per_size_and_explains_the_recompile(client):
@@ -131,5 +135,7 @@ def test_the_report_estimates_each_part_of_the_clip(client, server):
         (name, calls, calls * e.seconds) for name, calls, e in parts]
     total = sum(calls * e.seconds for _, calls, e in parts)
     assert estimate["seconds_per_clip"] == total
-    assert (f"TPU time: {seconds_text(total)} per clip, estimated on an idealised TPU v6e (not a "
-            "measurement), on 1 chip, eager: transformer ") in html
+    expected = sum(calls * e.expected_seconds for _, calls, e in parts)
+    assert (f"TPU time: expected about {seconds_text(expected)} per clip (idealised bound "
+            f"{seconds_text(total)}), estimated on an idealised TPU v6e (not a measurement), on "
+            "1 chip, eager: transformer ") in html

@@ -67,7 +67,7 @@ def test_explanation_text():
 
 def test_explain_errors_are_clear():
     with pytest.raises(
-        tpu_lab.TpuLabError, match="Event 4 is a 'sync' event; only recompile and cache_miss events"
+        tpu_lab.TpuLabError, match="Event 4 is a 'sync' event; only recompiles, cache misses and graph breaks"
     ):
         ExplanationView(SYNC)
     with pytest.raises(tpu_lab.TpuLabError, match=r"No event #999999 in the log"):
@@ -138,7 +138,32 @@ def test_a_data_object_left_as_a_cells_value_is_drawn_in_ipython():
     data = tpu_lab.status()
     bundle, _ = shell.display_formatter.format(data)
     assert bundle["text/plain"] == tpu_lab.view(data).to_text()
-    assert bundle["text/html"].startswith("<div style=")
+    assert bundle["text/html"].startswith("<div class='tex2jax_ignore mathjax_ignore'><div style=")
     with capture_output() as cap:
         shell.run_cell("import tpu_lab\ntpu_lab.status()", store_history=True)
     assert "tpu_lab status" in cap.stdout and "DeviceStatus(" not in cap.stdout
+
+
+def test_print_of_a_data_object_is_its_picture_and_repr_stays_the_dataclass():
+    """print(plan), print(sh.simulate(...)), print(estimate), print(tpu_lab.status()) show
+    their views as text; repr() is the dataclass's (the data classes cannot import the views:
+    the package root installs the renderer, tpu_lab._drawn)."""
+    from transformers import LlamaConfig
+
+    import tpu_lab.sharding as sh
+    from tpu_lab.estimate import estimate
+    from tpu_lab.models import TINY_LLAMA
+
+    plan = sh.plan(LlamaConfig(**dict(TINY_LLAMA, num_key_value_heads=4)), chips=4)
+    run = sh.simulate(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                          torch.nn.Linear(16, 8)),
+                      torch.randn(2, 8), chips=2, tp_plan={"0": "colwise", "2": "rowwise"})
+    cost = estimate(lambda x: x @ x, torch.empty(256, 256, device="meta"), on="v6e")
+    for data in (plan, run, cost, tpu_lab.status(), plan.layout):
+        assert str(data) == tpu_lab.view(data).to_text()
+        assert repr(data).startswith(f"{type(data).__name__}(")
+    assert str(plan).startswith("Plan: LlamaForCausalLM (config), tensor parallel over 4 chips")
+    assert str(run).startswith("Simulated mesh: Sequential, tensor parallel over 2 chips")
+    one = sh.plan(LlamaConfig(**TINY_LLAMA), chips=1)
+    assert str(one).startswith(
+        "Plan: LlamaForCausalLM (config), on 1 chip (no tensor parallelism) of TPU v6e")

@@ -45,7 +45,8 @@ def test_status_text_at_fixed_width():
         "  topology      v6e-4, 4 chips (mesh 2,2,1); this process drives 1 (tpu:0)\n"
         "  HBM tpu:0     ████████▒▒▒▒░░░░░░░░░░░░░░░░░░░   25.0%  live 8.00 GiB  peak 12.00 GiB  of 32.00 GiB\n"
         "  eager mode    DEFER_AND_FUSE (fuse)\n"
-        "  compile cache 75% hit rate: 9 of 12 requests, 3 compilation(s)\n"
+        "  compile cache 75% hit rate: 9 of 12 lookups, 3 compilation(s), since the kernel "
+        "started\n"
         "  events        3 kept (2 older dropped): 1 compile, 1 recompile, 1 sync\n"
         "recent events (2)\n"
         "    2    [4] recompile   recompiled f: argument x: dimension 0 changed from 3 to 4       train.py:12\n"
@@ -71,7 +72,7 @@ def test_status_text_without_events_cache_or_memory_counters():
         "  events        0 kept"
     )
     idle = StatusView(STATUS, {"requests": 0, "hits": 0, "misses": 0})
-    assert "no requests yet (DEFER_AND_FUSE compiles eager ops at sync points)" in idle.to_text(
+    assert "no lookups yet (each eager op, and each DEFER_AND_FUSE graph, is one)" in idle.to_text(
         100
     )
 
@@ -91,7 +92,7 @@ def test_status_html_is_self_contained_and_escaped():
     cells = re.findall(r"<td style='padding:2px 8px;color:#6b7280[^']*'>([^<]+)</td>", html)
     assert cells == ["backend", "generation", "topology", "HBM tpu:0", "eager mode",
                      "compile cache", "events"]  # fmt: skip
-    assert "75% hit rate: 9 of 12 requests, 3 compilation(s)" in html
+    assert "75% hit rate: 9 of 12 lookups, 3 compilation(s), since the kernel started" in html
     assert "fix: pad or bucket this dimension" in html
 
 

@@ -10,6 +10,7 @@ import os
 import sys
 import warnings
 
+from . import _drawn
 from ._version import __version__
 from .errors import (
     BackendConflictError,
@@ -43,12 +44,14 @@ __all__ = [
     "TpuLabError",
     "__version__",
     "backend",
+    "cache_counts",
     "dashboard",
     "estimating",
     "event_log",
     "explain",
     "load_ipython_extension",
     "preview",
+    "scratch",
     "status",
     "timed",
     "use_topology",
@@ -79,7 +82,7 @@ def event_log(kind: str | None = None, cell: int | None = None):
 
 
 def __getattr__(name: str):
-    if name in ("timed", "estimating"):
+    if name in ("timed", "estimating", "cache_counts"):
         from . import timing
 
         return getattr(timing, name)
@@ -96,6 +99,28 @@ def __getattr__(name: str):
 
         return explain
     raise AttributeError(f"module 'tpu_lab' has no attribute '{name}'")
+
+
+def _text_of(obj) -> str:
+    """``str()`` of a data object (a plan, an estimate, the status...): its picture's text."""
+    from .views import view
+
+    return view(obj).to_text()
+
+
+_drawn.install(_text_of)
+
+
+#: The folder, under the working directory, that the teaching notebooks write to (git ignores
+#: every folder of this name: running a notebook leaves the checkout as it was).
+SCRATCH = "scratch"
+
+
+def scratch(name: str = "") -> str:
+    """``scratch/name``: where a notebook writes what it makes (a saved model, a tensor, a
+    script), the folder created; ``tpu_lab.scratch("tiny-llama")``."""
+    os.makedirs(SCRATCH, exist_ok=True)
+    return os.path.join(SCRATCH, name) if name else SCRATCH
 
 
 def use_topology(name: str) -> str:

@@ -30,10 +30,18 @@ class Mode:
     label: str
     meaning: str
     eager_mode: str | None
+    #: What the eager compile cache's counters count in this mode.
+    cache: str
 
 
+_OP_PROGRAMS = (
+    "each op runs as its own small compiled program, looked up in the eager compile cache by "
+    "op, shapes and dtypes: a hit reuses it, a miss compiles it (once per new shape), so the "
+    "cache counts ops even though no graph of yours is compiled"
+)
 EAGER = Mode(
-    "eager", "Eager", "op by op, as written (DEFER_NEVER, TorchTPU's default)", "DEFER_NEVER"
+    "eager", "Eager", "op by op, as written (DEFER_NEVER, TorchTPU's default)", "DEFER_NEVER",
+    _OP_PROGRAMS,
 )
 FUSE = Mode(
     "fuse",
@@ -41,12 +49,16 @@ FUSE = Mode(
     "eager ops recorded until a sync point, then compiled as one graph and cached "
     "(DEFER_AND_FUSE, TorchTPU's eager compile cache)",
     "DEFER_AND_FUSE",
+    "the ops between two sync points are one graph, looked up in the eager compile cache by "
+    "its ops, shapes, dtypes and Python scalars: a hit reuses the compiled graph, a miss "
+    "compiles it",
 )
 BLOCKING = Mode(
     "blocking",
     "Blocking",
     "op by op, waiting for each op to finish: for debugging (DEFER_NEVER_AND_LAUNCH_BLOCKING)",
     "DEFER_NEVER_AND_LAUNCH_BLOCKING",
+    _OP_PROGRAMS,
 )
 COMPILED = Mode(
     "compiled",
@@ -54,11 +66,26 @@ COMPILED = Mode(
     'the model under torch.compile(backend="tpu"): a graph per input shape, compiled on first '
     "use and reused",
     None,
+    "torch.compile's graphs are not in the eager compile cache: they show as compiles and "
+    "recompiles",
 )
 #: Every mode, in the order front ends offer them.
 MODES = (EAGER, FUSE, BLOCKING, COMPILED)
 #: The modes a session (``%tpu mode``, the dashboard's toggle) switches between.
 EAGER_MODES = tuple(m for m in MODES if m.eager_mode is not None)
+
+
+def cache_note(eager_mode) -> str:
+    """What the eager compile cache counts under ``eager_mode`` (a ``torch.tpu.EagerMode`` or
+    its name), and what a launch costs in tpu_lab's estimates: the sentence the dashboard, the
+    demos and the notebooks put beside the cache's counters."""
+    from .estimate import assumptions
+
+    mode = mode_of(eager_mode) or EAGER
+    a = assumptions()
+    return (f"{mode.eager_mode}: {mode.cache}. Each program launch costs time: the estimates "
+            f"count {a.eager_launch_seconds * 1e6:g} µs per eager op and "
+            f"{a.graph_launch_seconds * 1e6:g} µs per compiled graph.")
 
 
 def find_mode(value: str, offered: tuple[Mode, ...] = MODES) -> Mode:

@@ -4,7 +4,9 @@ the ops the device recorded: :mod:`tpu_lab.estimate.recorded`).
 
 - :class:`timed` (``tpu_lab.timed``): a block's host time and, on the bundled device, its
   estimated TPU time;
-- :func:`estimating` (``tpu_lab.estimating``): a block's ops recorded, for an estimate alone.
+- :func:`estimating` (``tpu_lab.estimating``): a block's ops recorded, for an estimate alone;
+- :class:`cache_counts` (``tpu_lab.cache_counts``): the eager compile cache's counters over a
+  block, beside its totals since the kernel started.
 """
 
 from __future__ import annotations
@@ -59,6 +61,44 @@ class Timing:
 
             text += f"\n{self.label}: {line(self.estimate)}"
         return text
+
+
+@dataclass
+class CacheCounts:
+    """The eager compile cache's lookups, hits and misses (compilations) over a block, and its
+    lookups and hits since the kernel started (TorchTPU's counters: ``torch.tpu._get_cache_*``).
+    """
+
+    requests: int = 0
+    hits: int = 0
+    misses: int = 0
+    total_requests: int = 0
+    total_hits: int = 0
+
+    def __str__(self) -> str:
+        return (f"compile cache in this block: {self.hits} hits of {self.requests} lookups "
+                f"({self.misses} compiled); since the kernel started: {self.total_hits} hits "
+                f"of {self.total_requests}")
+
+
+class cache_counts:  # noqa: N801 - used like contextlib's context managers
+    """``with tpu_lab.cache_counts() as cache: ...`` then ``print(cache)``: what the block
+    looked up in the eager compile cache, not what the kernel did before it."""
+
+    def __enter__(self) -> CacheCounts:
+        from .runtime import backend
+
+        self._before = backend().cache_stats()
+        self.counts = CacheCounts()
+        return self.counts
+
+    def __exit__(self, *exc) -> None:
+        from .runtime import backend
+
+        after, c = backend().cache_stats(), self.counts
+        c.requests, c.hits, c.misses = (after[k] - self._before[k]
+                                        for k in ("requests", "hits", "misses"))
+        c.total_requests, c.total_hits = after["requests"], after["hits"]
 
 
 class timed:  # noqa: N801 - used like contextlib's context managers

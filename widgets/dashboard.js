@@ -9,7 +9,7 @@
  *   peak: number, usage: string, lines: string[]}} Gauge
  * @typedef {{columns: number, chips: Gauge[]}} Gauges
  * @typedef {{rate: string, fill: number, hit_rate: string, detail: string, compiles: string,
- *   recompiles: string, warn: boolean}} Counters
+ *   recompiles: string, warn: boolean, note: string}} Counters
  * @typedef {{seq: number, kind: string, label: string, clock: string, summary: string,
  *   times: string, where: string, explanation: string, alert: boolean,
  *   why_open: boolean}} Row
@@ -104,7 +104,7 @@ function renderCache(model, root) {
   root.replaceChildren(h("div", "tpu-dash-label", "Compile cache"));
   if (!c || !c.rate) return;
   const big = h("div", "tpu-dash-big", c.rate);
-  big.title = "DEFER_AND_FUSE compile-cache hits / requests (torch.tpu._get_cache_stats())";
+  big.title = "eager compile-cache hits / lookups since the kernel started (torch.tpu._get_cache_stats())";
   const meter = h("div", "tpu-dash-meter");
   const fill = h("div", "tpu-dash-meter-fill tpu-dash-hit");
   fill.style.width = `${c.fill}%`;
@@ -112,7 +112,8 @@ function renderCache(model, root) {
   const compiled = h("div", "tpu-dash-note");
   compiled.append(document.createTextNode(`torch.compile: ${c.compiles}, `));
   compiled.append(h("span", c.warn ? "tpu-dash-warn" : "", c.recompiles));
-  root.append(big, meter, h("div", "tpu-dash-note", c.detail), compiled);
+  root.append(big, meter, h("div", "tpu-dash-note", c.detail), compiled,
+    h("div", "tpu-dash-note", c.note));
 }
 
 /** @param {Model} model @param {HTMLElement} root */

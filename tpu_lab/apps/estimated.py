@@ -52,8 +52,8 @@ class Call:
 @dataclass(frozen=True)
 class Part:
     """One part of the request: its model's class (the pipeline's ``component``), how many
-    calls, each call's estimated time and what bounds it, one call's estimated peak HBM per
-    chip and the weights among it."""
+    calls, each call's estimated time (the idealised bound) and what bounds it, one call's
+    estimated peak HBM per chip and the weights among it, and each call's expected time."""
 
     name: str
     model: str
@@ -63,10 +63,15 @@ class Part:
     component: str = ""
     peak_bytes: float = 0.0
     weight_bytes: float = 0.0
+    expected_per_call: float = 0.0  # each call's expected time (Estimate.expected_seconds)
 
     @property
     def seconds(self) -> float:
         return self.calls * self.seconds_per_call
+
+    @property
+    def expected(self) -> float:
+        return self.calls * self.expected_per_call
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,16 @@ class RequestEstimate:
         return self.seconds / self.items
 
     @property
+    def expected(self) -> float:
+        """The request's expected TPU time (the idealised :attr:`seconds` at the efficiencies
+        real runs reach: :mod:`tpu_lab.estimate.assumed`)."""
+        return sum(p.expected for p in self.parts)
+
+    @property
+    def expected_per_item(self) -> float:
+        return self.expected / self.items
+
+    @property
     def peak_hbm_bytes(self) -> float:
         """One chip's estimated peak over the request: the weights of every model it runs
         (a pipeline keeps them all on the chip), and the most any one call adds to its own."""
@@ -107,23 +122,27 @@ class RequestEstimate:
             "mode": self.mode,
             f"seconds_per_{self.unit}": self.per_item,
             "seconds": self.seconds,
+            f"expected_seconds_per_{self.unit}": self.expected_per_item,
+            "expected_seconds": self.expected,
             "peak_hbm_bytes_per_chip": self.peak_hbm_bytes,
             "parts": [{"part": p.name, "model": p.model, "calls": p.calls,
-                       "seconds": p.seconds, "bound": p.bound} for p in self.parts],
+                       "seconds": p.seconds, "expected_seconds": p.expected, "bound": p.bound}
+                      for p in self.parts],
         }  # fmt: skip
 
     def text(self) -> str:
-        """One line: the time per item, the label, the chips, then each part, and the peak
-        HBM per chip."""
+        """One line: the expected time per item beside its idealised bound, the label, the
+        chips, then each part's expected time, and the peak HBM per chip."""
         from ..units import format_bytes
         from ..views.estimate import seconds_text
 
         chips = f"{self.chips} chip" + ("s, tensor parallel" if self.chips > 1 else "")
         parts = " + ".join(
-            f"{p.name} {seconds_text(p.seconds)} ({p.calls} x {p.model}, {p.bound}-bound)"
+            f"{p.name} {seconds_text(p.expected)} ({p.calls} x {p.model}, {p.bound}-bound)"
             for p in self.parts
         )
-        return (f"TPU time: {seconds_text(self.per_item)} per {self.unit}, {self.label}, on "
+        return (f"TPU time: expected about {seconds_text(self.expected_per_item)} per "
+                f"{self.unit} (idealised bound {seconds_text(self.per_item)}), {self.label}, on "
                 f"{chips}, {self.mode}: {parts}; peak HBM "
                 f"{format_bytes(int(self.peak_hbm_bytes))} per chip")  # fmt: skip
 
@@ -161,9 +180,9 @@ def _text(config) -> str:
 
 
 def _one(config, call: Call, chips: int, generation: str, mode: str
-         ) -> tuple[float, str, float, float]:
-    """(seconds, bound, peak HBM per chip, weights per chip) of one ``call`` on ``chips`` chips
-    in ``mode`` (kept; see the module's text)."""
+         ) -> tuple[float, float, str, float, float]:
+    """(seconds, expected seconds, bound, peak HBM per chip, weights per chip) of one ``call``
+    on ``chips`` chips in ``mode`` (kept; see the module's text)."""
     from ..sharding import plan
 
     key = (_text(config), generation, chips, mode, call.batch, call.seq, call.image_size,
@@ -172,7 +191,8 @@ def _one(config, call: Call, chips: int, generation: str, mode: str
         p = plan(config, chips=chips, generation=generation, batch=call.batch, seq=call.seq,
                  tp_plan=call.tp_plan, image_size=call.image_size, frames=call.frames)
         e = p.estimate("forward", mode=mode, text_tokens=call.text_tokens)
-        _KEPT[key] = (e.seconds, e.bound, e.peak_hbm_bytes, e.memory.of("weights"))
+        _KEPT[key] = (e.seconds, e.expected_seconds, e.bound, e.peak_hbm_bytes,
+                      e.memory.of("weights"))
         if len(_KEPT) > _KEEP:
             _KEPT.popitem(last=False)
     _KEPT.move_to_end(key)
@@ -205,10 +225,10 @@ def estimate_request(pipe, calls: list[Call], *, chips: int, mode: str, items: i
     for call in calls:
         module = getattr(pipe, call.component)
         try:
-            seconds, bound, peak, weights = _one(_config(module), call,
-                                                 chips if call.split else 1, generation, mode)
+            seconds, expected, bound, peak, weights = _one(
+                _config(module), call, chips if call.split else 1, generation, mode)
         except ShardingError as exc:
             return Unestimated(str(exc))
         parts.append(Part(call.part, type(module).__name__, call.calls, seconds, bound,
-                          call.component, peak, weights))
+                          call.component, peak, weights, expected))
     return RequestEstimate(generation, chips, mode, items, unit, tuple(parts))

@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from ..errors import DemoInputError, TpuLabError
-from ..session import COMPILED, EAGER, FUSE, Mode, find_mode, running
+from ..session import COMPILED, EAGER, FUSE, Mode, cache_note, find_mode, running
 
 #: The modes a demo offers (values of :data:`tpu_lab.session.MODES`).
 DEMO_MODES: tuple[Mode, ...] = (EAGER, FUSE, COMPILED)
@@ -238,7 +238,8 @@ def report_html(report: Report) -> str:
     if rows:
         table = f"<table><tr><th>#</th><th>kind</th><th>what happened</th></tr>{rows}</table>"
     elif report.mode == EAGER.value:
-        table = "<p>Eager: op by op, nothing compiled.</p>"
+        table = (f"<p>Eager: op by op, no graph of yours compiled. "
+                 f"{escape(cache_note(EAGER.eager_mode))}</p>")
     elif report.chips:
         table = "<p>No compilation in this request.</p>"
     else:
@@ -248,7 +249,8 @@ def report_html(report: Report) -> str:
     return (
         f"<div class='tpu-lab-events'><p><b>{escape(report.mode)}</b> in "
         f"{report.seconds:.2f} s (host time) &middot; events: {escape(counts)} &middot; "
-        f"eager compile cache: {escape(cache)}</p>{estimate}{_chips_html(report.chips)}"
+        f"eager compile cache (this request): {escape(cache)}</p>{estimate}"
+        f"{_chips_html(report.chips)}"
         f"{table}</div>"
     )
 

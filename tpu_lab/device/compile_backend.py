@@ -17,6 +17,8 @@ import contextlib
 import contextvars
 import functools
 import os
+import re
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -199,12 +201,43 @@ def _has_tpu_input(example_inputs) -> bool:
     return any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in example_inputs)
 
 
+def _readable(placeholder: str) -> str:
+    """Dynamo's name of a graph input as the user wrote it: ``l_x_`` -> ``x``, ``l_args_0_``
+    -> ``args[0]``, a compiled module's ``l_fn_modules_fc_parameters_weight_`` -> ``fc.weight``.
+    """
+    name = re.sub(r"^[lg]_|_$", "", placeholder, flags=re.IGNORECASE)
+    name = re.sub(r"_(?:modules|parameters|buffers)_", ".", name)
+    name = re.sub(r"^args_(\d+)$", r"args[\1]", name)
+    return re.sub(r"^(?:fn|self)\.", "", name)
+
+
+def cpu_inputs_message(gm: torch.fx.GraphModule, example_inputs) -> str | None:
+    """What TorchTPU does with CPU tensors given to a ``backend="tpu"`` graph, naming them; None
+    when every tensor is on "tpu" (0-dim CPU tensors, Python scalars as tensors, count too)."""
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    cpu = [_readable(name) for name, t in zip(names, example_inputs, strict=False)
+           if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
+    if not cpu:
+        return None
+    shown = ", ".join(cpu[:4]) + (f" and {len(cpu) - 4} more" if len(cpu) > 4 else "")
+    return (
+        f"A function compiled with backend='tpu' was given CPU tensors ({shown}). As on "
+        "TorchTPU, the graph runs on the chip: those tensors are copied to it on every call, and "
+        "the results are on 'tpu'. Move them once with .to('tpu') (a model: model.to('tpu')), "
+        "or compile without backend='tpu' to run on the CPU."
+    )
+
+
 def tpu_backend(device, gm: torch.fx.GraphModule, example_inputs):
-    """The "tpu" compile backend of the bundled device ``device``."""
+    """The "tpu" compile backend of the bundled device ``device``. CPU inputs are taken as
+    TorchTPU's static compiler takes them (the graph runs on the chip, its results are "tpu"
+    tensors), with a warning that names them."""
     from torch._dynamo.backends.common import aot_autograd
 
     if not torch._dynamo.config.assume_static_by_default:
         raise NotImplementedError(_DYNAMIC_REFUSED)
+    if (message := cpu_inputs_message(gm, example_inputs)) is not None:
+        warnings.warn(message, UserWarning, stacklevel=2)
 
     decompositions = None
     if _lowering() == "inductor":  # Inductor lowers the decomposed op set it chose itself

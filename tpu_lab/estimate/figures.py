@@ -25,17 +25,22 @@ def roofline(*estimates: Estimate, top: int = 12, ax=None):
     lo = min([*xs, ridge]) / 8
     hi = max([*xs, ridge]) * 8
     grid = np.logspace(np.log10(lo), np.log10(hi), 200)
-    for chip in {e.chip for e in estimates}:
+    # one colour per chip, in a fixed order: a chip's roofline, ops and stars share it
+    chips = sorted({e.chip for e in estimates}, key=lambda c: c.product)
+    color = {c: f"C{k}" for k, c in enumerate(chips)}
+    for chip in chips:
         ax.plot(grid, np.minimum(chip.bf16_flops, chip.hbm_bandwidth * grid), lw=2,
+                color=color[chip],
                 label=f"{chip.product} roofline (ridge {chip.critical_intensity:.0f} FLOP/B)")
-    for _, o in points:
+    for e, o in points:
         ax.scatter(o.flops / o.hbm_bytes, o.flops / max(o.busy_seconds, 1e-30), s=18,
-                   alpha=0.7)
+                   alpha=0.7, color=color[e.chip])
         ax.annotate(o.name.split(".")[-1][:24], (o.flops / o.hbm_bytes,
                     o.flops / max(o.busy_seconds, 1e-30)), fontsize=6, alpha=0.8)
     for e in whole:
         ax.scatter(e.flops / e.hbm_bytes, e.flops / e.seconds, s=120, marker="*",
-                   edgecolor="black", zorder=3, label=(e.title or "estimate")[:60])
+                   color=color[e.chip], edgecolor="black", zorder=3,
+                   label=(e.title or "estimate")[:60])
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")

@@ -31,6 +31,7 @@ lower bound: XLA's real fusion, layout and scheduling decisions differ.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from ..hardware.chips import Chip
 from .assumed import Assumptions, assumptions
@@ -334,7 +335,7 @@ def cost(program: Program, chip: Chip, mode: str = "compiled", *, chips: int = 1
     if program.buffers:
         lives = eager_lives(program) if mode == "eager" else compiled_lives(program, fusions)
         memory = peak(program, lives, mode, spans=spans, notes=memory_notes)
-    return Estimate(
+    estimate = Estimate(
         title=title, chip=chip, chips=chips, mode=mode, seconds=seconds,
         flops=total["flops"], padded_flops=total["padded_flops"], hbm_bytes=total["hbm_bytes"],
         ici_bytes=total["ici_bytes"], dcn_bytes=total["dcn_bytes"],
@@ -343,3 +344,22 @@ def cost(program: Program, chip: Chip, mode: str = "compiled", *, chips: int = 1
         bound=max(shares, key=shares.get), ops=merged(costs), items=items, unit=unit,
         notes=notes, memory=memory,
     )
+    return replace(estimate, expected_seconds=expected_seconds(estimate, a))
+
+
+def expected_seconds(e: Estimate, a: Assumptions) -> float:
+    """The time a real run of ``e`` takes, from the idealised estimate's terms, each named and
+    fitted (:mod:`tpu_lab.estimate.assumed`): every op takes the larger of its MXU time at the
+    generation's MXU efficiency and its HBM time at the HBM efficiency; collectives move at the
+    HBM efficiency too; a compiled program overlaps ``collective_overlap`` of the shorter of
+    its ops and its collectives (an eager one, op by op, none); the launches as they are; and
+    the host's seconds per run."""
+    mxu, hbm = a.mxu_efficiency(e.chip.generation), a.hbm_efficiency
+    busy = sum(max(o.compute_seconds / mxu, o.memory_seconds / hbm) for o in e.ops
+               if o.kind not in ("collective", "launch"))
+    talk = e.collective_seconds / hbm
+    if e.mode == "eager":
+        run = busy + talk
+    else:
+        run = max(busy, talk) + (1 - a.collective_overlap) * min(busy, talk)
+    return run + e.launch_seconds + a.host_seconds_per_step

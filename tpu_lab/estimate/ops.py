@@ -112,6 +112,8 @@ def freeze(x):
     if isinstance(x, (int, float, bool, str, type(None), torch.dtype, torch.device,
                       torch.layout, torch.memory_format)):
         return x
+    if isinstance(x, torch.ScriptObject):  # a profiler's handle: the same op whichever it is
+        return f"<{type(x).__name__}>"
     return repr(x)
 
 

@@ -369,7 +369,8 @@ def combine(parts: list[Estimate], on: Chip, title: str,
     ops = [o.times(w) for p, w in zip(parts, weights, strict=True) for o in p.ops]
     total = {f: sum(getattr(p, f) * w for p, w in zip(parts, weights, strict=True)) for f in (
         "seconds", "flops", "padded_flops", "hbm_bytes", "ici_bytes", "dcn_bytes",
-        "compute_seconds", "memory_seconds", "collective_seconds", "launch_seconds")}
+        "compute_seconds", "memory_seconds", "collective_seconds", "launch_seconds",
+        "expected_seconds")}
     shares = {"compute": 0.0, "memory": 0.0, "collective": total["collective_seconds"],
               "launch": total["launch_seconds"]}
     for o in ops:

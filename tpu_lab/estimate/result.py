@@ -7,7 +7,9 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
+from .._drawn import Drawn
 from ..hardware.chips import Chip
+from ..hardware.prices import price
 from ..units import format_bytes
 from .memory import Memory
 
@@ -79,7 +81,7 @@ class OpCost:
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(Drawn):
     """The estimated time of a program (an op, a graph, a model's step) on one chip of a
     ``chips``-chip ``chip`` system: an estimate of an idealised chip, never a measurement.
 
@@ -111,8 +113,36 @@ class Estimate:
     notes: tuple[str, ...] = ()
     memory: Memory | None = None
     task: str = ""  # a model's step: "forward", "train" or "decode" ("" for other programs)
+    #: The time a real run is expected to take
+    #: (:func:`tpu_lab.estimate.graph.expected_seconds`): ``seconds`` is the idealised bound,
+    #: which no run beats.
+    expected_seconds: float = 0.0
 
     label = LABEL
+
+    def usd_per_step(self, commitment: str = "on-demand") -> float | None:
+        """The list price of one run on all the estimate's chips at the expected time
+        (:mod:`tpu_lab.hardware.prices`; a device of a chip that shows two is half a chip);
+        ``None`` where no price of the generation and commitment is published."""
+        p = price(self.chip.generation, commitment)
+        if not p.known:
+            return None
+        chip_hours = self.expected_seconds / 3600 * self.chips / self.chip.devices_per_chip
+        return chip_hours * p.usd_per_chip_hour
+
+    def usd_per(self, items: float, commitment: str = "on-demand") -> float | None:
+        """The list price of making ``items`` of the estimate's unit (``1e6`` tokens, one
+        image, a training run's tokens) at this run's rate; ``None`` without a price or
+        without items."""
+        step = self.usd_per_step(commitment)
+        if step is None or not self.items:
+            return None
+        return step * items / self.items
+
+    @property
+    def expected_throughput(self) -> float | None:
+        """``items`` per second at the expected time (all chips together)."""
+        return self.items / self.expected_seconds if self.items and self.expected_seconds else None
 
     @property
     def peak_hbm_bytes(self) -> float | None:

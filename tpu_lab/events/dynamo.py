@@ -9,6 +9,7 @@ its sources (before every record and every read, and at the end of a cell).
 
 from __future__ import annotations
 
+import linecache
 import re
 import threading
 import time
@@ -16,7 +17,7 @@ from collections import Counter
 
 from .context import location, user_frame
 from .event_log import Pending
-from .explain import explain_guard
+from .explain import explain_break, explain_guard
 
 #: A call site that recompiles this many times is flagged as a recompilation storm.
 STORM = 4
@@ -104,6 +105,13 @@ class DynamoCollector:
             "graph_breaks": m.num_graph_breaks or 0,
             "failure": m.fail_reason,
         }
+        broken = _graph_break(m)
+        if broken is not None:
+            details["graph_break"] = broken
+            details["hints"] = [broken["hint"]]
+            summary = (f"graph break in {broken['function']} at {broken['at']}: "
+                       f"{broken['what'].split(':')[0]}")
+            return Pending("compile", summary, site, details, now)
         if not m.recompile_reason:
             summary = f"compiled {m.co_name} in {seconds:.2f} s ({m.graph_op_count or 0} ops)"
             return Pending("compile", summary, site, details, now)
@@ -124,3 +132,28 @@ class DynamoCollector:
             **details,
         }
         return Pending("recompile", summary, site, details, now)
+
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
+
+
+def _graph_break(m) -> dict | None:
+    """A graph break, from a compilation's metrics: Dynamo refused a line (``fullgraph=True``:
+    the call failed) or compiled the code after a break as a resume function (the function
+    runs as several graphs). None for an ordinary compilation."""
+    if m.fail_reason and m.fail_type == "Unsupported":
+        reason = m.fail_reason.strip().split("\n", 1)[0]
+        filename, line = m.fail_user_frame_filename, m.fail_user_frame_lineno
+        function, effect = m.co_name, "fullgraph=True: the call failed, nothing was compiled"
+    elif match := _RESUME.match(m.co_name or ""):
+        reason, filename, line = "", m.co_filename, int(match["line"])
+        function = match["function"]
+        effect = (f"{function} runs as several graphs with Python between them: each break "
+                  "costs a graph launch, and the values that cross it go through HBM")
+    else:
+        return None
+    code = linecache.getline(filename, line).strip() if filename and line else ""
+    why = explain_break(reason, code)
+    return {"function": function, "at": location(filename, line) if filename else "?",
+            "code": code, "reason": reason, "what": why.what, "hint": why.hint,
+            "effect": effect}

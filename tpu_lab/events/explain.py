@@ -1,8 +1,9 @@
-"""Why did this recompile? Readable explanations of Dynamo's guard failures, with a fix.
+"""Why did this recompile, why did the graph break? Readable explanations, with a fix.
 
 Dynamo says *which guard* of the closest cached graph failed ("tensor 'x' size mismatch at
 index 1. expected 77, actual 78"; "n == 2"); this module turns that into what changed, in a
-learner's words, and the usual fix.
+learner's words, and the usual fix. A graph break (a line Dynamo cannot put in the graph) is
+explained from Dynamo's reason and the line's code (:func:`explain_break`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 _SIZE = re.compile(
     r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<dim>\d+)\. "
     r"expected (?P<expected>\S+), actual (?P<actual>\S+)"
+)
+_RANK = re.compile(
+    r"tensor '(?P<name>.+?)' rank mismatch\. expected (?P<e>\d+), actual (?P<a>\d+)"
 )
 _DTYPE = re.compile(
     r"tensor '(?P<name>.+?)' dtype mismatch\. expected (?P<e>\w+), actual (?P<a>\w+)"
@@ -32,7 +36,14 @@ class Explanation:
 
     change: str
     hint: str
-    kind: str  # shape, stride, dtype, requires_grad, device, scalar, length, object, other
+    kind: str  # shape, rank, stride, dtype, requires_grad, device, scalar, length, object, other
+
+#: Dynamo's names of dtypes (its guards print them) -> how a user writes them.
+_TORCH_DTYPES = {
+    "Float": "torch.float32", "BFloat16": "torch.bfloat16", "Half": "torch.float16",
+    "Double": "torch.float64", "Long": "torch.int64", "Int": "torch.int32",
+    "Short": "torch.int16", "Char": "torch.int8", "Byte": "torch.uint8", "Bool": "torch.bool",
+}
 
 
 def _clean(name: str) -> str:
@@ -62,10 +73,24 @@ def explain_guard(reason: str) -> Explanation:
             f"pass {name}.contiguous() so the layout is always the same",
             "stride",
         )
-    if m := _DTYPE.search(text):
+    if m := _RANK.search(text):
+        name, was, now = _clean(m["name"]), int(m["e"]), int(m["a"])
+        fix = f"{name}.reshape(-1)" if was == 1 else (
+            f"{name}.unsqueeze(0)" if now == was - 1 else f"{name}.reshape(...)")
+        dims = f"{was} dimension{'s' * (was != 1)}"
         return Explanation(
-            f"argument {_clean(m['name'])}: dtype changed from {m['e']} to {m['a']}",
-            "cast inputs to one dtype before the call (e.g. x.to(torch.bfloat16))",
+            f"argument {name}: number of dimensions changed from {was} to {now}",
+            f"reshape {name} to the {dims} it was compiled with ({fix}), or keep one compiled "
+            "function per number of dimensions: a graph is compiled for one",
+            "rank",
+        )
+    if m := _DTYPE.search(text):
+        name = _clean(m["name"])
+        was = _TORCH_DTYPES.get(m["e"], m["e"])
+        return Explanation(
+            f"argument {name}: dtype changed from {was} to {_TORCH_DTYPES.get(m['a'], m['a'])}",
+            f"cast it back before the call ({name}.to({was})), or compile once per dtype on "
+            "purpose: a graph is compiled for one dtype",
             "dtype",
         )
     if m := _GRAD.search(text):
@@ -102,4 +127,47 @@ def explain_guard(reason: str) -> Explanation:
             "keep the same module/object between calls instead of creating new ones",
             "object",
         )
-    return Explanation(f"a guard failed: {text}", "see torch._dynamo's guard text above", "other")
+    return Explanation(
+        f"a guard failed: {text}",
+        "the guard names the input that differs from the call that compiled: pass it the same "
+        "way on every call (same type, shape, dtype and device); torch._logging.set_logs("
+        "recompiles=True) prints Dynamo's own account",
+        "other",
+    )
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """Why Dynamo could not trace a line into the graph, and how to keep it in one graph."""
+
+    what: str
+    hint: str
+
+
+#: (pattern in Dynamo's reason or the line's code, what it is, how to avoid it)
+_BREAKS = (
+    (re.compile(r"(?i)data-dependent branching|generic_jump|^\s*(if|elif|while)\b.*:"),
+     "Python control flow (if/while) on a tensor's value: the branch is only known when the "
+     "chip has computed it",
+     "compute both sides and choose with torch.where(condition, a, b), or move the branch out "
+     "of the compiled function"),
+    (re.compile(r"(?i)\.item\(\)|_local_scalar_dense|\.tolist\(\)|scalar output"),
+     "a tensor's value read into Python (.item(), .tolist()): a sync point inside the graph",
+     "keep the value a tensor inside the compiled function and read it after the call"),
+    (re.compile(r"(?i)\bprint\(|builtin|logging|\blog\("),
+     "a Python call Dynamo does not trace (print, logging)",
+     "move it out of the compiled function: print the result after the call"),
+)
+
+
+def explain_break(reason: str, code: str = "") -> GraphBreak:
+    """Explain a graph break from Dynamo's reason (the first line of its message) and the code
+    of the line it happened at."""
+    for pattern, what, hint in _BREAKS:
+        if pattern.search(reason) or pattern.search(code):
+            return GraphBreak(what, hint)
+    return GraphBreak(
+        f"Dynamo could not trace this line ({reason.strip() or 'no reason given'})",
+        "move the line out of the compiled function, or compile without fullgraph=True: then "
+        "it runs in Python between two graphs (each break costs a launch and a sync point)",
+    )

@@ -101,6 +101,16 @@ class Chip:
         """FLOPs per HBM byte at which a bf16 matmul turns compute-bound (peak / bandwidth)."""
         return self.bf16_flops / self.hbm_bandwidth
 
+    @property
+    def generation(self) -> str:
+        """``'v6e'``; a device of a chip that shows several (``'v7/2'``) names its chip's."""
+        return self.name.partition("/")[0]
+
+    @property
+    def devices_per_chip(self) -> int:
+        """How many devices share the chip this one belongs to (2 for a TPU7x device)."""
+        return int(self.name.partition("/")[2] or 1)
+
     def per_device(self, devices: int) -> Chip:
         """One of ``devices`` equal devices the runtime shows per chip (TPU7x shows two): every
         rate, capacity and count divided between them."""

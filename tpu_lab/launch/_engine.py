@@ -233,3 +233,25 @@ def _describe(value) -> dict | None:
             "local_bytes": sum(t.numel() * t.element_size() for t in local),
         }
     return None
+
+
+def diagnose(world_size: int) -> str | None:
+    """The planner's refusal of a model the last cell bound, when its attention heads do not
+    divide over the ranks (why a tensor-parallel forward fails with a shape error on every
+    rank); None when no model is refused."""
+    import torch
+
+    from ..errors import ShardingError
+    from ..sharding.plan import check_heads
+
+    before = _snapshot.get("names", {})
+    for name, value in list(_user_ns().items()):
+        if name.startswith("_") or before.get(name) == id(value):
+            continue
+        if not isinstance(value, torch.nn.Module):
+            continue
+        try:
+            check_heads(value, world_size)
+        except ShardingError as exc:
+            return f"{name}: {exc}"
+    return None

@@ -12,8 +12,11 @@ whose ranks all die is reported as lost, and the other hosts are stopped.
 ``run_cell(source)`` runs a cell on every rank and returns an :class:`SpmdResult`: rank 0's
 output and result, the sharding of the DTensors the cell bound, and the events of every rank.
 A rank that raises, dies or hangs is reported with :class:`~tpu_lab.errors.SpmdError`;
-``restart()`` brings up a fresh cluster; ``stop()`` (and the interpreter's exit) leaves no
-process behind. :meth:`Cluster.state_now` is what the
+``restart()`` brings up a fresh cluster, whose ranks first run the imports of the SPMD cells run
+before (a later cell may use what an earlier one imported); ``stop()`` (and the interpreter's
+exit) leaves no process behind. Ranks that failed the same way share one traceback in the
+error; a cell that failed on every rank after binding a model whose attention heads do not
+divide over the ranks gets the planner's message. :meth:`Cluster.state_now` is what the
 cluster looks like (its picture: :class:`tpu_lab.views.cluster.ClusterView`).
 """
 
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import _install
+from .._drawn import Drawn
 from ..errors import SpmdError
 from . import _engine
 from ._client import client
@@ -54,6 +58,22 @@ STACK_FRAMES = 16
 
 _lock = threading.RLock()
 _current: Cluster | None = None
+#: The import statements of the SPMD cells run so far, in order: a cluster started later runs
+#: them on its ranks first (its processes are new; the notebook's session is not).
+_session_imports: dict[str, None] = {}
+_NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
+
+
+def imports_of(source: str) -> list[str]:
+    """The top-level import statements of a cell, as source ([] if it is not plain Python)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import,
+                                                                           ast.ImportFrom))]
 
 
 @dataclass(frozen=True)
@@ -65,7 +85,7 @@ class Rank:
 
 
 @dataclass(frozen=True)
-class ClusterState:
+class ClusterState(Drawn):
     """A cluster at one moment: its state ("stopped", "starting", "ready", "broken"), the
     backend its ranks run, and each rank's pid and state ("running", "exited", or how it
     failed: "raised", "died", "hung")."""
@@ -198,6 +218,9 @@ class Cluster:
             )
         )  # fmt: skip
         self.backend = infos[0]["backend"]
+        if _session_imports:  # what earlier cells imported, so that later cells run as before
+            with contextlib.suppress(Exception):  # a failed import shows in the cell that needs it
+                self._client[ids].execute("\n".join(_session_imports), block=True)
         self.state = "ready"
         self.ready_seconds = time.perf_counter() - started
         return self
@@ -287,9 +310,10 @@ class Cluster:
             for rank, run in zip(self.ranks, runs, strict=True)
             if not run.successful()
         ]
+        _session_imports.update(dict.fromkeys(imports_of(source)))
         if failures:
             self.failures = tuple(failures)
-            raise SpmdError(failure_message(failures, self.world_size))
+            raise SpmdError(failure_message(failures, self.world_size, self._advice(failures)))
         gathered = view.apply_sync(_engine.after_cell)
         first = runs[0].get()
         result = first.execute_result.get("data") if first.execute_result else None
@@ -305,6 +329,29 @@ class Cluster:
             hosts=tuple(r.host for r in self.ranks),
             hbm=tuple(tuple(g["hbm"]) for g in gathered),
         )
+
+    def _advice(self, failures: list[RankFailure]) -> str:
+        """What tpu_lab can tell about a cell that raised on every rank: the planner's message
+        for a model the cell bound whose heads do not divide over the ranks; for a name the
+        ranks do not know, that a new cluster's ranks start empty."""
+        if len(failures) == self.world_size:
+            try:
+                refused = self._client[self.ranks[0].engine_id].apply_sync(
+                    _engine.diagnose, self.world_size)
+            except Exception:  # noqa: BLE001 (a rank that cannot answer: no advice)
+                refused = None
+            if refused:
+                return (f"The tensor-parallel plan does not divide over {self.world_size} "
+                        f"ranks. The planner says: {refused}")
+        missing = {m for f in failures for m in _NAME_ERROR.findall(f.traceback)}
+        if not missing:
+            return ""
+        names = ", ".join(sorted(missing))
+        replayed = "; ".join(_session_imports) or "none yet"
+        return (f"The ranks do not know {names}: the ranks of a cluster started (or restarted) "
+                "begin with an empty namespace. tpu_lab ran the imports of your earlier "
+                f"%%tpu spmd cells on them ({replayed}); run the %%tpu spmd cells that define "
+                f"{names} again.")
 
     def _wait(self, runs, timeout_s: float | None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

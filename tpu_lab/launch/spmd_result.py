@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .._drawn import Drawn
+
 
 @dataclass(frozen=True)
 class RankFailure:
@@ -35,7 +37,7 @@ class ShardedValue:
 
 
 @dataclass(frozen=True)
-class SpmdResult:
+class SpmdResult(Drawn):
     """One SPMD cell: rank 0's output and result, gathered sharding, every rank's events."""
 
     topology: str
@@ -89,16 +91,42 @@ def gather(per_rank: list[dict]) -> tuple[ShardedValue, ...]:
     return tuple(values)
 
 
-def failure_message(failures: list[RankFailure], world: int) -> str:
-    ranks = ", ".join(str(f.rank) for f in failures)
+def rank_list(ranks: list[int]) -> str:
+    """``0-7``, ``0-2, 5``."""
+    spans: list[list[int]] = []
+    for r in sorted(ranks):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def failure_message(failures: list[RankFailure], world: int, advice: str = "") -> str:
+    """Which ranks failed and how; ranks that failed the same way (the same traceback) share
+    one traceback. ``advice``: what tpu_lab found out about the failure (a paragraph)."""
     broken = any(f.reason in ("died", "hung") for f in failures)
     fix = (
         "\nThe cluster must be restarted: %tpu cluster restart (or cluster.restart())."
         if broken
         else ""
     )
-    body = "\n\n".join(f.describe() for f in failures)
-    return f"The cell failed on {len(failures)} of {world} ranks ({ranks}).{fix}\n\n{body}"
+    groups: dict[tuple[str, str], list[RankFailure]] = {}
+    for f in failures:
+        groups.setdefault((f.reason, f.traceback), []).append(f)
+    parts = [advice]
+    for (reason, traceback), same in groups.items():
+        if len(same) == 1:
+            parts.append(same[0].describe())
+        else:
+            ranks = rank_list([f.rank for f in same])
+            parts.append(f"ranks {ranks} {reason} the same way:\n{traceback}".rstrip())
+    ranks = rank_list([f.rank for f in failures])
+    head = f"The cell failed on {len(failures)} of {world} ranks ({ranks})"
+    if len(groups) == 1 and len(failures) > 1:
+        head += ", the same way on each"
+    body = "\n\n".join(p for p in parts if p)
+    return f"{head}.{fix}\n\n{body}"
 
 
 def lost_hosts_message(

@@ -42,3 +42,6 @@ def register(shell) -> None:
     from ..events.context import follow
 
     follow(shell)  # cell numbers for events, and each cell's compilations when it ends
+    from . import devices_error
+
+    devices_error.install(shell)  # "Expected all tensors to be on the same device", told

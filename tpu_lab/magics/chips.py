@@ -75,12 +75,42 @@ def sharding(magics, args, cell):
                            "help": "the largest batch that fits in HBM per chip, with each remat "
                                    "choice (for --estimate's task, train by default; needs "
                                    "--seq or --image-size)"}),
+    Arg(("--choose",), {"action": "store_true",
+                        "help": "which slice to rent: every generation (--generation v5e,v6e "
+                                "to limit them), slice up to --max-chips, split and remat that "
+                                "fits the step (--estimate's task, train by default), ranked "
+                                "by expected time and list price; weights in bfloat16 unless "
+                                "--dtype"}),
+    Arg(("--widget",), {"action": "store_true",
+                        "help": "one slice at a time, with controls (generation, slice, tensor "
+                                "parallelism, batch, seq or image size, remat, price) that "
+                                "update the HBM bar, the expected time and the list price; "
+                                "starts at --generation and --chips (the slice's devices)"}),
+    Arg(("--max-chips",), {"type": int, "metavar": "N",
+                           "help": "with --choose: the largest slice weighed, with --widget "
+                                   "offered (default 256)"}),
+    Arg(("--commitment",), {"choices": ("on-demand", "1-year", "3-year", "spot"),
+                            "default": "on-demand",
+                            "help": "with --choose or --widget: which list price (default "
+                                    "on-demand)"}),
+    Arg(("--tokens",), {"type": float, "metavar": "T",
+                        "help": "with --choose: a whole training run's tokens, to price the run "
+                                "(e.g. 15e12)"}),
 )  # fmt: skip
 def plan(magics, args, cell):
     if args.model in magics.shell.user_ns or not os.path.exists(args.model):
         model = magics.lookup(args.model, "plan")
     else:
         model = args.model  # a path to a saved model or config
+    if args.widget:
+        _widget(args, model)
+        return
+    if args.choose:
+        _choose(args, model)
+        return
+    for name in ("max_chips", "tokens"):
+        if getattr(args, name) is not None:
+            raise error("plan", f"--{name.replace('_', '-')} goes with --choose")
     chips, generation = args.chips, args.generation
     if chips is None or generation is None:
         from .. import session
@@ -122,6 +152,68 @@ def plan(magics, args, cell):
             return
         estimate = False if task == "none" else planned.estimate(task, mode=args.mode)
         display(module("tpu_lab.views.sharding").view(planned, estimate=estimate))
+
+
+def _choose(args, model) -> None:
+    """``%tpu plan MODEL --choose``: :func:`tpu_lab.sharding.choose`, drawn."""
+    if args.batch is None or (args.seq is None and args.image_size is None):
+        raise error("plan", "--choose weighs the slices for one step: give --batch and --seq "
+                            "(or --image-size for an image model)")
+    if args.chips is not None or args.max_batch:
+        raise error("plan", "--choose weighs every slice and split itself: leave out "
+                            f"--{'chips' if args.chips is not None else 'max-batch'} (use "
+                            "--max-chips to bound the slices)")
+    if args.estimate == "none":
+        raise error("plan", "--choose needs a task: --estimate forward|train|decode, or leave "
+                            "it out (train)")
+    torch = module("torch")
+    options = {} if args.generation is None else {
+        "generations": tuple(g.strip() for g in args.generation.split(",") if g.strip())}
+    if args.max_chips is not None:
+        options["max_chips"] = args.max_chips
+    if args.dtype is not None:
+        options["dtype"] = getattr(torch, args.dtype)
+    with shown_as_usage_errors():
+        found = module("tpu_lab.sharding").choose(
+            model, args.estimate or "train", batch=args.batch, seq=args.seq,
+            image_size=args.image_size, frames=args.frames, remat=args.remat, mode=args.mode,
+            commitment=args.commitment, tokens=args.tokens, **options)
+    display(lookup.view(found))
+
+
+def _widget(args, model) -> None:
+    """``%tpu plan MODEL --widget``: :class:`tpu_lab.views.slice_widget.SliceWidget`."""
+    if args.choose:
+        raise error("plan", "--widget shows one slice at a time with controls, --choose ranks "
+                            "them all: give one of them")
+    if args.batch is None or (args.seq is None and args.image_size is None):
+        raise error("plan", "--widget weighs one step: give --batch and --seq (or --image-size "
+                            "for an image model)")
+    for name, given in (("max-batch", args.max_batch), ("tokens", args.tokens is not None),
+                        ("optimizer", args.optimizer != "adamw")):
+        if given:
+            raise error("plan", f"--widget weighs a step as --choose does (AdamW for "
+                                f"training): leave out --{name}")
+    if args.estimate == "none":
+        raise error("plan", "--widget needs a task: --estimate forward|train|decode, or leave "
+                            "it out (train)")
+    generation, devices = args.generation, args.chips
+    if generation is None:
+        from .. import session
+
+        with shown_as_usage_errors():
+            generation, current = session.current_topology()
+        devices = devices or current
+    options = {} if args.max_chips is None else {"max_chips": args.max_chips}
+    if args.dtype is not None:
+        options["dtype"] = getattr(module("torch"), args.dtype)
+    widgets = module("tpu_lab.views.slice_widget")
+    with shown_as_usage_errors():
+        display(widgets.SliceWidget(
+            model, args.estimate or "train", batch=args.batch, seq=args.seq,
+            image_size=args.image_size, frames=args.frames, generation=generation,
+            devices=devices, remat=args.remat or "none", commitment=args.commitment,
+            mode=args.mode, **options))
 
 
 @subcommand(

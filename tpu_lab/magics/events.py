@@ -32,7 +32,7 @@ def events(magics, args, cell):
 
 @subcommand(
     "explain",
-    "why recompile or cache-miss event N happened (default: the latest)",
+    "why recompile, cache-miss or graph-break event N happened (default: the latest)",
     Arg(("seq",), {"nargs": "?", "type": int, "metavar": "N",
                    "help": "the event's number (the # column of %%tpu events)"}),
 )  # fmt: skip

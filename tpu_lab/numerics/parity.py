@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils import _pytree
 
+from .._drawn import Drawn
+
 
 @dataclass(frozen=True)
 class LayerDiff:
@@ -116,7 +118,7 @@ def parity(model: torch.nn.Module, inputs, *, backward: bool = True) -> ParityRe
 
 
 @dataclass(frozen=True)
-class ParityReport:
+class ParityReport(Drawn):
     """Per-layer differences "tpu" vs CPU (frozen data; ``tpu_lab.view(report)`` draws it as
     text or HTML: :class:`tpu_lab.views.parity.ParityView`)."""
 

@@ -12,6 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._drawn import Drawn
+
 if TYPE_CHECKING:
     from ..estimate.result import Estimate
 
@@ -72,7 +74,7 @@ class OpStats:
 
 
 @dataclass(frozen=True)
-class Profile:
+class Profile(Drawn):
     """What a block did, in host time (on the bundled device: the CPU simulating the chip)."""
 
     label: str

@@ -7,11 +7,12 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .._drawn import Drawn
 from ..units import MemoryStats
 
 
 @dataclass(frozen=True)
-class DeviceStatus:
+class DeviceStatus(Drawn):
     """What a user asks first: which backend, which chip, how much HBM is in use."""
 
     backend: str

@@ -4,7 +4,9 @@
 chips of a TPU generation from its tensor-parallel plan (no weights, no download);
 ``SimulatedMesh`` runs tensor-parallel forward passes over N simulated chips in one process;
 ``plan(...).estimate("train")`` estimates one step of the plan on an idealised chip
-(:mod:`.step_estimate`). Running SPMD cells on one process per chip is :mod:`tpu_lab.launch`'s.
+(:mod:`.step_estimate`); ``choose(config, "train", batch=, seq=)`` weighs every TPU slice and
+split that fits the step, by expected time and list price (:mod:`.chooser`). Running SPMD
+cells on one process per chip is :mod:`tpu_lab.launch`'s.
 Everything here is data; the pictures are views: ``tpu_lab.view(obj)`` draws a tensor's shards,
 a model's placement table, a plan or a run, ``tpu_lab.views.figure(obj)`` the same with
 matplotlib.
@@ -23,12 +25,15 @@ from .info import (
 from .plan import Plan, plan, plan_layout
 
 __all__ = [
+    "Choice",
     "MeshRun",
     "ModelLayout",
+    "Option",
     "Plan",
     "ShardingInfo",
     "SimulatedMesh",
     "TensorLayout",
+    "choose",
     "layout_info",
     "model_layout",
     "plan",
@@ -38,6 +43,9 @@ __all__ = [
 ]
 
 _LAZY = {
+    "choose": "tpu_lab.sharding.chooser",
+    "Choice": "tpu_lab.sharding.chooser",
+    "Option": "tpu_lab.sharding.chooser",
     "SimulatedMesh": "tpu_lab.sharding.mesh",
     "MeshRun": "tpu_lab.sharding.mesh",
     "simulate": "tpu_lab.sharding.mesh",

@@ -14,6 +14,7 @@ from itertools import product
 
 import torch
 
+from .._drawn import Drawn
 from ..errors import ShardingError
 
 Box = tuple[slice, ...]
@@ -242,7 +243,7 @@ class TensorLayout:
 
 
 @dataclass(frozen=True)
-class ModelLayout:
+class ModelLayout(Drawn):
     """Every parameter and buffer of a model on one mesh, with totals per chip."""
 
     model: str

@@ -11,12 +11,14 @@ process per chip on its own simulated "tpu", use ``tpu_lab.launch.cluster``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
 
+from .._drawn import Drawn
 from ..errors import ShardingError
 from ..hardware.topology import Generation
 from .info import ModelLayout, model_layout
@@ -272,7 +274,7 @@ def _first_tensor(out):
 
 
 @dataclass(frozen=True, eq=False)
-class MeshRun:
+class MeshRun(Drawn):
     """A tensor-parallel forward on the one-process mesh next to the unsharded model (its
     picture: :class:`tpu_lab.views.sharding.MeshRunView`)."""
 
@@ -311,12 +313,15 @@ def simulate(model: torch.nn.Module, *args, chips: int | None = None, generation
     with torch.no_grad():
         reference = _first_tensor(cpu(*args, **kwargs))
     with SimulatedMesh(chips, generation) as mesh:
+        styles = {e.name: e.style for e in plan_layout(cpu, mesh.chips, tp_plan).entries}
         mesh.parallelize(cpu, tp_plan)
         out = _first_tensor(mesh.run(cpu, *args, **kwargs))
         outputs = tuple(t.clone() for t in per_chip(out))
         if len(outputs) == 1:
             outputs *= mesh.chips
         layout = model_layout(cpu)
+        layout = dataclasses.replace(layout, entries=tuple(
+            dataclasses.replace(e, style=styles.get(e.name)) for e in layout.entries))
         real = [0] * mesh.chips
         for t in [*cpu.parameters(), *cpu.buffers()]:
             shards = per_chip(t)

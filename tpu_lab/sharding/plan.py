@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .._drawn import Drawn
 from ..errors import ShardingError, TopologyError
 from ..hardware.topology import GENERATIONS, Generation, parse_topology
 from .info import REPLICATE, ModelLayout, Split, TensorLayout, layout_info, shard
@@ -192,6 +193,16 @@ def _check_heads(model, covered: dict, chips: int) -> None:
                 )
 
 
+def check_heads(model: torch.nn.Module, chips: int, tp_plan: dict | None = None) -> None:
+    """Raise the planner's :class:`ShardingError` when ``model``'s plan (its own, updated with
+    ``tp_plan``) splits attention heads that do not divide over ``chips`` (a cluster asks this
+    of a model whose tensor-parallel forward failed on every rank)."""
+    plan = model_tp_plan(model)
+    plan.update(tp_plan or {})
+    if plan and chips > 1:
+        _check_heads(model, resolve_plan(model, plan), chips)
+
+
 def _divisors(n: int) -> str:
     found = [d for d in range(1, min(n, 64) + 1) if n % d == 0]
     return ", ".join(map(str, found)) + (", ..." if n > 64 else "")
@@ -266,7 +277,7 @@ def _divides(name, style, shape, split: Split, chips: int) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Drawn):
     """A tensor-parallel plan computed without weights: the layout and the weights each chip
     holds; with a step (``batch`` and ``seq`` or ``image_size``), :meth:`estimate` gives its
     time and peak HBM per chip, :meth:`max_batch` the largest batch that fits (its picture:

@@ -28,7 +28,18 @@ def _llama(hidden, inter, layers, heads, kv, vocab, repo, **extra) -> Published:
     values = {"hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
               "num_attention_heads": heads, "num_key_value_heads": kv, "vocab_size": vocab,
               "tie_word_embeddings": False, "architectures": ["LlamaForCausalLM"], **extra}
-    return Published("LlamaConfig", values, f"{HF}/{repo}/blob/main/config.json")
+    source = f"{HF}/{repo}/blob/main/config.json" if repo else _SYNTHETIC
+    return Published("LlamaConfig", values, source)
+
+
+#: MaxText's synthetic models of its 2023 README tables (base.yml: a GPT-like decoder with a
+#: non-gated ReLU MLP of 32768, head_dim 256, tied embeddings, vocabulary 32768, scaled by
+#: ``global_parameter_scale``: 16B = width 5120 and 32 layers, 32B = width 10240 and 32
+#: layers, 32 heads each), rebuilt as the nearest transformers model: a Llama with head_dim
+#: 256, tied embeddings and a gated MLP of 21888 (2/3 of 32768, rounded up to whole MXU tiles:
+#: the same FLOPs within 0.2%; an approximation: the activations differ).
+_SYNTHETIC = ("AI-Hypercomputer/maxtext MaxText/configs/base.yml @ 76bd53b0f44caf989c88189afadeb1"
+              "062f9254f0, scaled as MaxText/configs/v5p/32b.sh (approximated, see above)")
 
 
 _SDXL_UNET = {
@@ -72,6 +83,35 @@ PUBLISHED: dict[str, Published] = {
                             rope_theta=500000.0, max_position_embeddings=131072),
     "llama-3.1-405b": _llama(16384, 53248, 126, 128, 8, 128256, "meta-llama/Llama-3.1-405B",
                              rope_theta=500000.0, max_position_embeddings=131072),
+    "llama-3.3-70b": _llama(8192, 28672, 80, 64, 8, 128256,
+                            "meta-llama/Llama-3.3-70B-Instruct", rope_theta=500000.0,
+                            max_position_embeddings=131072),
+    "mistral-7b": Published("MistralConfig", {
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+        "max_position_embeddings": 32768, "sliding_window": None,
+        "architectures": ["MistralForCausalLM"]},
+        f"{HF}/mistralai/Mistral-7B-v0.1/blob/main/config.json (sliding window off: MaxText's "
+        "run attends over the whole sequence)"),
+    "gemma-2b": Published("GemmaConfig", {
+        "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
+        "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+        "vocab_size": 256000, "max_position_embeddings": 8192,
+        "architectures": ["GemmaForCausalLM"]},
+        f"{HF}/google/gemma-2b/blob/main/config.json"),
+    "gpt-3-175b": Published("GPT2Config", {
+        "n_embd": 12288, "n_layer": 96, "n_head": 96, "n_inner": 49152, "vocab_size": 50304,
+        "n_positions": 2048, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"]},
+        "MaxText's gpt3-175b.yml, as AI-Hypercomputer/tpu-recipes training/trillium/"
+        "GPT3-175B-MaxText/bf16/README.md runs it (GPT-2-style at its sizes: 96 layers, width "
+        "12288, MLP 49152, 96 heads, vocabulary 50304, tied, no dropout)"),
+    "maxtext-synthetic-16b": _llama(
+        5120, 21888, 32, 32, 32, 32768, "", head_dim=256, tie_word_embeddings=True,
+        max_position_embeddings=2048),
+    "maxtext-synthetic-32b": _llama(
+        10240, 21888, 32, 32, 32, 32768, "", head_dim=256, tie_word_embeddings=True,
+        max_position_embeddings=2048),
     "gemma-7b": Published("GemmaConfig", {
         "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
         "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,

@@ -42,10 +42,11 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ShardingError
+from ..estimate.affine import between
 from ..estimate.graph import MODES, cost
 from ..estimate.memory import Span, classify
 from ..estimate.result import Estimate
-from ..estimate.trace import Program, Record, Recorder
+from ..estimate.trace import Buffer, Program, Record, Recorder, Value
 from . import remat as remats
 from .meta_run import FusedAttention, balance_experts, use_fused_attention
 from .step_inputs import Step, diffusion_step, family, language_step
@@ -55,10 +56,14 @@ TASKS = ("forward", "train", "decode")
 OPTIMIZERS = ("adamw", "sgd")
 
 
-def check(plan, task: str, mode: str, remat: str, optimizer: str) -> None:
-    """Refuse what cannot be estimated, with the fix."""
+def check_task(task: str) -> None:
     if task not in TASKS:
         raise ShardingError(f"task must be one of {', '.join(TASKS)}; got {task!r}.")
+
+
+def check(plan, task: str, mode: str, remat: str, optimizer: str) -> None:
+    """Refuse what cannot be estimated, with the fix."""
+    check_task(task)
     if mode not in MODES:
         raise ShardingError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
     remats.check(remat)
@@ -105,15 +110,14 @@ def cast(model: torch.nn.Module, dtype: torch.dtype) -> None:
                 setattr(module, name, b.to(dtype))
 
 
-def _shares(plan, model) -> dict[int, float]:
-    """id(parameter) -> the share of it one chip holds under the plan's layout."""
+def _shares(plan) -> dict[str, float]:
+    """Parameter name -> the share of it one chip holds under the plan's layout."""
     entries = {}
     for e in plan.layout.entries:
         share = e.info.bytes_per_chip[0] / e.info.global_bytes if e.info.global_bytes else 1.0
         for name in (e.name, *e.aliases):
             entries[name] = share
-    return {id(p): entries.get(n, 1.0)
-            for n, p in model.named_parameters(remove_duplicate=False)}
+    return entries
 
 
 def make_optimizer(name: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -152,18 +156,29 @@ def run_step(model: torch.nn.Module, step: Step, task: str, optimizer=None, mark
         out = step.call(model)  # noqa: F841 - the step's result, alive until it returns
 
 
+@dataclass(frozen=True)
+class Weight:
+    """A parameter of the recorded model: its names (a tied weight has several), its value in
+    the program and its bytes."""
+
+    names: tuple[str, ...]
+    value: int
+    nbytes: int
+
+
 @dataclass
 class StepRecording:
-    """One recorded step and what the costing needs of it."""
+    """One recorded step, the same whatever the plan's layout (which :func:`_laid_out` applies),
+    and what the costing needs of it."""
 
     program: Program
-    step: Step
-    params: list
-    shares: dict[int, float]
+    items: float
+    unit: str
+    weights: tuple[Weight, ...]
+    held: tuple[tuple[str, int], ...]  # (parameter name, value): what takes that weight's share
     experts: int
     marks: dict[str, int]
     units: list[tuple[int, ...]]  # the parameter values of each FSDP unit (a block, the rest)
-    gathered: frozenset[int]  # the weights whose matmuls' outputs tensor parallelism gathers
 
 
 def _cache_tensors(step: Step) -> list[torch.Tensor]:
@@ -175,12 +190,13 @@ def _cache_tensors(step: Step) -> list[torch.Tensor]:
     return found
 
 
-def _kv_share(model, shares: dict[int, float]) -> float:
-    """The share of the KV cache one chip holds: the key projection's (heads split or not)."""
+def _kv_name(model, names: dict[int, tuple[str, ...]]) -> str | None:
+    """The parameter whose share of the KV cache one chip holds: the key projection's (heads
+    split or not)."""
     for name, p in model.named_parameters():
         if name.endswith(("k_proj.weight", "to_k.weight", "key.weight")):
-            return shares.get(id(p), 1.0)
-    return 1.0
+            return names[id(p)][-1]
+    return None
 
 
 @dataclass
@@ -188,7 +204,6 @@ class _Prepared:
     model: torch.nn.Module
     step: Step
     params: list
-    shares: dict[int, float]
     optimizer: torch.optim.Optimizer | None
     experts: int
 
@@ -221,7 +236,7 @@ def _prepare(plan, task: str, text_tokens: int | None, remat: str, optimizer: st
         remats.checkpoint_blocks(model, remat,
                                  FusedAttention if device == "meta" else contextlib.nullcontext)
     opt = make_optimizer(optimizer, params) if task == "train" else None
-    return _Prepared(model, step, params, _shares(plan, model), opt, experts)
+    return _Prepared(model, step, params, opt, experts)
 
 
 @contextlib.contextmanager
@@ -247,22 +262,24 @@ def _record(plan, task: str, text_tokens: int | None, remat: str, optimizer: str
 def _recording(plan, task: str, text_tokens: int | None, remat: str, optimizer: str
                ) -> StepRecording:
     ready = _prepare(plan, task, text_tokens, remat, optimizer)
-    model, step, params, shares, opt = (ready.model, ready.step, ready.params, ready.shares,
-                                        ready.optimizer)
+    model, step, params, opt = ready.model, ready.step, ready.params, ready.optimizer
+    names: dict[int, tuple[str, ...]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names[id(p)] = (*names.get(id(p), ()), n)
     rec = Recorder()
-    at_rest = 1 / plan.fsdp
-    for p in params:
-        rec.hold(p, "weights", shares.get(id(p), 1.0))
+    weights = tuple(Weight(names[id(p)], rec.hold(p, "weights"), p.numel() * p.element_size())
+                    for p in params)
+    held = [(w.names[-1], w.value) for w in weights]
     for b in model.buffers():
         rec.hold(b, "weights")
     if opt is not None:
-        for p in params:
-            for t in opt.state[p].values():
-                if t.dim():
-                    rec.hold(t, "optimizer state", shares.get(id(p), 1.0))
-    kv = _kv_share(model, shares)
+        held += [(names[id(p)][-1], rec.hold(t, "optimizer state"))
+                 for p in params for t in opt.state[p].values() if t.dim()]
+    kv = _kv_name(model, names)
     for t in _cache_tensors(step):
-        rec.hold(t, "KV cache", kv)
+        v = rec.hold(t, "KV cache")
+        if kv is not None:
+            held.append((kv, v))
     for t in step.kwargs.values():
         if isinstance(t, torch.Tensor):
             rec.hold(t, "inputs")
@@ -271,19 +288,15 @@ def _recording(plan, task: str, text_tokens: int | None, remat: str, optimizer: 
     def mark(name: str) -> None:
         marks[name] = len(rec.program.records)
         if name == "optimizer":  # what .grad holds now is the gradients
-            for p in params:
-                if p.grad is not None:
-                    rec.hold(p.grad, "gradients", shares.get(id(p), 1.0))
+            held.extend((names[id(p)][-1], rec.hold(p.grad, "gradients"))
+                        for p in params if p.grad is not None)
 
     with FusedAttention(), rec:
         run_step(model, step, task, opt, mark)
     program = rec.program
-    for b in program.buffers:  # FSDP cuts weights, gradients and optimizer state at rest
-        if b.kind in ("weights", "gradients", "optimizer state"):
-            b.scale = at_rest
     classify(program, marks.get("backward"))
-    return StepRecording(program, step, params, shares, ready.experts, marks,
-                         _units(model, rec), _gathered(plan, model, rec))
+    return StepRecording(program, step.items, step.unit, weights, tuple(held), ready.experts,
+                         marks, _units(model, rec))
 
 
 def measure_peak(plan, task: str = "forward", *, remat: str | None = None,
@@ -311,16 +324,6 @@ def measure_peak(plan, task: str = "forward", *, remat: str | None = None,
     return torch.accelerator.max_memory_allocated() - before
 
 
-#: Tensor-parallel styles that gather a split matmul's output whole on every chip.
-GATHERING = {"colwise_rep", "colwise_gather_output"}
-
-
-def _gathered(plan, model: torch.nn.Module, rec: Recorder) -> frozenset[int]:
-    styles = {n: e.style for e in plan.layout.entries for n in (e.name, *e.aliases)}
-    return frozenset(rec.value_of(p) for n, p in model.named_parameters(remove_duplicate=False)
-                     if styles.get(n) in GATHERING)
-
-
 def _units(model: torch.nn.Module, rec: Recorder) -> list[tuple[int, ...]]:
     """The parameter values of each FSDP unit: every block (:func:`.remat.blocks`), then the
     parameters of no block."""
@@ -334,12 +337,12 @@ def _units(model: torch.nn.Module, rec: Recorder) -> list[tuple[int, ...]]:
     return units
 
 
-def _fsdp_spans(plan, recording: StepRecording) -> tuple[Span, ...]:
+def _fsdp_spans(plan, program: Program, recording: StepRecording) -> tuple[Span, ...]:
     """Each FSDP unit's weights gathered (``1 - 1/fsdp`` more of them on each chip) from the
     first to the last op that reads them, in the forward and again in the backward."""
     if plan.fsdp == 1:
         return ()
-    program, marks = recording.program, recording.marks
+    marks = recording.marks
     backward = marks.get("backward", len(program.records))
     end = marks.get("optimizer", len(program.records))
     unit_of = {v: u for u, values in enumerate(recording.units) for v in values}
@@ -357,7 +360,7 @@ def _fsdp_spans(plan, recording: StepRecording) -> tuple[Span, ...]:
     return tuple(spans)
 
 
-def _fingerprint(obj) -> str | None:
+def fingerprint(obj) -> str | None:
     """A text that equal configs share (None: do not reuse a recording of ``obj``)."""
     if hasattr(obj, "to_json_string"):
         return f"{type(obj).__name__}:{obj.to_json_string()}"
@@ -366,36 +369,114 @@ def _fingerprint(obj) -> str | None:
     return None
 
 
-#: The last few recordings, reused by plans that run the same model, task and per-chip shapes
-#: on another chip or another FSDP or data-parallel degree (each use gets its own copy).
+@dataclass
+class _Family:
+    """The recordings of one model, task, shape of a sequence or image, remat and optimizer at
+    up to three batches above one, and whether the third was as the first two predicted
+    (:func:`tpu_lab.estimate.affine.between`): then every other batch is made from them."""
+
+    samples: dict[int, StepRecording] = dataclasses.field(default_factory=dict)
+    affine: bool | None = None
+
+
+#: Recordings by (family, batch), the last few reused (each use gets its own copy: a plan's
+#: layout, FSDP and data parallelism are applied to the copy), and the families' samples.
 _RECORDINGS: OrderedDict = OrderedDict()
+_FAMILIES: OrderedDict = OrderedDict()
+_KEPT = 64
 
 
 def forget() -> None:
     """Drop the reused recordings (the next estimate runs its model again)."""
     _RECORDINGS.clear()
+    _FAMILIES.clear()
+
+
+def _between(a: tuple[int, StepRecording], b: tuple[int, StepRecording], batch: int
+             ) -> StepRecording | None:
+    (at_a, ra), (at_b, rb) = a, b
+    program = between(ra.program, rb.program, at_a, at_b, batch)
+    if program is None:
+        return None
+    items = ra.items + (rb.items - ra.items) * (batch - at_a) / (at_b - at_a)
+    return dataclasses.replace(ra, program=program, items=items)
+
+
+def _same(a: StepRecording, b: StepRecording) -> bool:
+    return a.program == b.program and a.items == b.items and a.held == b.held
+
+
+def _at_batch(family: _Family, batch: int, record) -> StepRecording:
+    """The recording at ``batch``: made from two samples where the family is affine, else
+    recorded (and kept as a sample while there are fewer than three). A batch of one is
+    always recorded: models take other paths for a single sequence or image."""
+    samples = list(family.samples.items())
+    if family.affine and batch > 1:
+        made = _between(samples[0], samples[1], batch)
+        if made is not None:
+            return made
+    recording = record()
+    if len(samples) < 3 and batch > 1:
+        family.samples[batch] = recording
+        if len(samples) == 2:
+            made = _between(samples[0], samples[1], batch)
+            family.affine = made is not None and _same(made, recording)
+    return recording
 
 
 def _recorded(plan, task: str, text_tokens: int | None, remat: str, optimizer: str
               ) -> StepRecording:
-    found = _fingerprint(plan.obj)
-    key = None if found is None else (
-        found, task, plan.local_batch, plan.seq, plan.image_size, plan.frames, str(plan.dtype),
-        text_tokens, plan.chips, plan.fsdp, remat, optimizer,
-        tuple(e.info.placements for e in plan.layout.entries))
-    if key is None:
+    """The step's recording (its layout not yet applied), reused where it can be."""
+    found = fingerprint(plan.obj)
+
+    def record() -> StepRecording:
         return _record(plan, task, text_tokens, remat, optimizer)
-    if key in _RECORDINGS:
-        _RECORDINGS.move_to_end(key)
-    else:
-        _RECORDINGS[key] = _record(plan, task, text_tokens, remat, optimizer)
-        if len(_RECORDINGS) > 4:
+
+    if found is None:
+        return record()
+    key = (found, task, plan.seq, plan.image_size, plan.frames, str(plan.dtype), text_tokens,
+           remat, optimizer)
+    batch = plan.local_batch
+    kept = _RECORDINGS.get((key, batch))
+    if kept is None:
+        family = _FAMILIES.pop(key, None) or _Family()
+        _FAMILIES[key] = family
+        while len(_FAMILIES) > _KEPT // 4:
+            _FAMILIES.popitem(last=False)
+        kept = _RECORDINGS[key, batch] = _at_batch(family, batch, record)
+        while len(_RECORDINGS) > _KEPT:
             _RECORDINGS.popitem(last=False)
-    kept = _RECORDINGS[key]
-    program = kept.program
-    values = {v: dataclasses.replace(value) for v, value in program.values.items()}
-    records = [dataclasses.replace(r) for r in program.records]
-    return dataclasses.replace(kept, program=Program(records, values, program.buffers))
+    _RECORDINGS.move_to_end((key, batch))
+    return kept
+
+
+#: Tensor-parallel styles that gather a split matmul's output whole on every chip.
+GATHERING = {"colwise_rep", "colwise_gather_output"}
+
+
+def _laid_out(plan, recording: StepRecording) -> tuple[Program, frozenset[int], float]:
+    """A copy of the recording's program with the plan's layout applied (each weight's, its
+    gradient's, its optimizer state's and the KV cache's share of one chip), the values whose
+    matmul outputs tensor parallelism gathers, and the weights' bytes on one chip."""
+    program = recording.program
+    values = {v: Value(x.spec, x.base, x.share, x.partial, x.buffer)
+              for v, x in program.values.items()}
+    records = [Record(r.sig, r.ins, r.outs, r.share, r.collective, r.scale)
+               for r in program.records]
+    buffers = [Buffer(b.nbytes, b.made, b.value, b.freed, b.kind, b.scale)
+               for b in program.buffers]
+    shares = _shares(plan)
+    for name, v in recording.held:
+        values[v].share = shares.get(name, 1.0)
+    styles = {n: e.style for e in plan.layout.entries for n in (e.name, *e.aliases)}
+    gathered = frozenset(w.value for w in recording.weights
+                         if any(styles.get(n) in GATHERING for n in w.names))
+    weight_bytes = sum(w.nbytes * shares.get(w.names[-1], 1.0) for w in recording.weights)
+    return Program(records, values, buffers), gathered, weight_bytes
+
+
+#: What FSDP cuts ``fsdp`` ways on each chip, at rest.
+SHARDED_AT_REST = ("weights", "gradients", "optimizer state")
 
 
 def _collectives(plan, task: str, weight_bytes: float) -> list[Record]:
@@ -452,16 +533,18 @@ def estimate_plan(plan, task: str = "forward", *, mode: str = "compiled",
     optimizer = plan.optimizer if optimizer is None else optimizer
     check(plan, task, mode, remat, optimizer)
     recording = _recorded(plan, task, text_tokens, remat, optimizer)
-    program, params, shares = recording.program, recording.params, recording.shares
+    program, gathered, weight_bytes = _laid_out(plan, recording)
     chip = plan.generation.device
     optimizer_at = recording.marks.get("optimizer")
     if optimizer_at is not None and plan.fsdp > 1:
         for r in program.records[optimizer_at:]:
             r.scale = 1 / plan.fsdp
-    spans = _fsdp_spans(plan, recording)
+    for b in program.buffers:  # FSDP cuts weights, gradients and optimizer state at rest
+        if b.kind in SHARDED_AT_REST:
+            b.scale = 1 / plan.fsdp
+    spans = _fsdp_spans(plan, program, recording)
     if plan.chips > 1:
-        program = split(program, plan.chips, chip, recording.gathered)
-    weight_bytes = sum(p.numel() * p.element_size() * shares.get(id(p), 1.0) for p in params)
+        program = split(program, plan.chips, chip, gathered, recording.marks.get("backward"))
     program = Program(program.records + _collectives(plan, task, weight_bytes), program.values,
                       program.buffers)
     notes = ["fused graph: each matmul/attention op is a fusion, the ops between them fuse, "
@@ -471,9 +554,8 @@ def estimate_plan(plan, task: str = "forward", *, mode: str = "compiled",
     if recording.experts:
         notes.append(f"{recording.experts} mixture-of-experts layers: tokens routed evenly to "
                      "the experts")
-    step = recording.step
     estimate = cost(program, chip, mode, chips=plan.total_chips,
-                    title=_title(plan, task, remat), items=step.items * plan.data * plan.fsdp,
-                    unit=step.unit, notes=tuple(notes), spans=spans,
+                    title=_title(plan, task, remat), items=recording.items * plan.data * plan.fsdp,
+                    unit=recording.unit, notes=tuple(notes), spans=spans,
                     memory_notes=_memory_notes(plan, task, mode, optimizer))
     return dataclasses.replace(estimate, task=task)

@@ -16,7 +16,10 @@ and diffusers' ``tp_plan`` styles, torch's ``ColwiseParallel``/``RowwiseParallel
   all whole runs whole on every chip (norms, residual adds, the loss on replicated values);
 - a matmul with a weight whose style gathers its output (transformers' ``colwise_rep`` and
   ``colwise_gather_output``, as its plans split the LM head) makes a split result that an
-  all-gather makes whole on every chip: what follows (the logits, the loss) runs whole.
+  all-gather makes whole on every chip: what follows (the logits, the loss) runs whole; in the
+  backward each chip takes its slice of that output's gradient (the all-gather's backward),
+  so the matmuls that read the gradient with the weight, or for the weight's gradient, are
+  split as a column-parallel layer's backward is.
 
 The small all-reduces a vocab-parallel loss would need for its maximum and sum are not counted.
 """
@@ -39,15 +42,35 @@ MATMUL_OPERANDS = {
 LOOKUPS = {aten.embedding}
 
 
-def split(program: Program, tp: int, chip, gathered: frozenset[int] = frozenset()) -> Program:
+def _sliced(program: Program, gathered: frozenset[int], backward_at: int | None) -> set[int]:
+    """The values (bases) of the gradients of gathered outputs: in the backward, what a
+    matmul reads beside a weight in ``gathered``; each chip reads its slice of them."""
+    if backward_at is None or not gathered:
+        return set()
+    values, found = program.values, set()
+    for r in program.records[backward_at:]:
+        packet = getattr(r.sig.func, "_overloadpacket", None) if r.sig is not None else None
+        operands = MATMUL_OPERANDS.get(packet)
+        if operands is None or len(r.ins) <= max(operands):
+            continue
+        bases = [values[r.ins[i]].base for i in operands]
+        if any(b in gathered for b in bases):
+            found.update(b for b in bases if b not in gathered)
+    return found
+
+
+def split(program: Program, tp: int, chip, gathered: frozenset[int] = frozenset(),
+          backward_at: int | None = None) -> Program:
     """``program`` with each value's and op's share set for ``tp``-way tensor parallelism (the
     parameters' shares must already be set) and an all-reduce before each read of a partial
     sum; the outputs of matmuls with a weight in ``gathered`` (values) gathered whole after
-    them. Returns a new program over the same values."""
+    them, their gradients sliced in the backward (from record ``backward_at`` on). Returns a
+    new program over the same values."""
     from ..estimate.assumed import assumptions
 
     a = assumptions()
     values = program.values
+    sliced = _sliced(program, gathered, backward_at)
     out = Program(values=values, buffers=program.buffers)
     partial: set[int] = set()
 
@@ -63,7 +86,7 @@ def split(program: Program, tp: int, chip, gathered: frozenset[int] = frozenset(
             out.records.append(r)
             continue
         func = r.sig.func
-        shares = [values[v].share for v in r.ins]
+        shares = [1 / tp if values[v].base in sliced else values[v].share for v in r.ins]
         packet = getattr(func, "_overloadpacket", None)
         if is_view(func):
             share = shares[0] if shares else 1.0

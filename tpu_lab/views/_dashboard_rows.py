@@ -159,7 +159,7 @@ def rows(state: DashboardState) -> DashboardRows:
     return {
         "header": header(state["device"]),
         "gauges": gauges(state["device"], state["chips"]),
-        "counters": counters(state["cache"]),
+        "counters": counters(state["cache"], state["eager_mode"]),
         "feed": feed(state["events"], state["cells"], state["seen"], state["times"]),
     }
 
@@ -208,21 +208,28 @@ def _gauge(chip: ChipState) -> Gauge:
     }
 
 
-def counters(cache: CacheState) -> Counters:
+def counters(cache: CacheState, eager_mode: str) -> Counters:
+    """The cache's counters since the kernel started, and what they count in ``eager_mode``
+    (in DEFER_NEVER every eager op is a cached program: a high hit rate with nothing of yours
+    compiled)."""
+    from ..session import cache_note
+
     requests, hits = cache["requests"], cache["hits"]
     rate = math.floor(100 * hits / requests + 0.5) if requests else 0  # half up, as people round
     return {
         "rate": f"{rate}%" if requests else "—",
         "fill": 100 * hits / requests if requests else 0.0,
-        "hit_rate": f"{rate}% ({hits} of {requests} graphs)"
+        "hit_rate": f"{rate}% ({hits} of {requests} lookups since the kernel started)"
         if requests
-        else "no DEFER_AND_FUSE graphs yet",
-        "detail": f"hit rate · {hits} hits, {cache['misses']} misses of {requests} graphs"
+        else "no lookups yet",
+        "detail": f"hit rate · {hits} hits, {cache['misses']} misses of {requests} lookups "
+        "since the kernel started"
         if requests
-        else "hit rate · no DEFER_AND_FUSE graphs yet",
+        else "hit rate · no lookups yet",
         "compiles": counted(cache["compiles"], "compile"),
         "recompiles": counted(cache["recompiles"], "recompile"),
         "warn": cache["recompiles"] > 0,
+        "note": cache_note(eager_mode),
     }
 
 

@@ -4,6 +4,8 @@ the live widget draws (:mod:`._dashboard_rows`)."""
 
 from __future__ import annotations
 
+import textwrap
+
 from ._dashboard_rows import DashboardState, rows
 from ._widget_protocol import Gauge, Row
 from .base import View, clip, esc, terminal_width
@@ -11,6 +13,13 @@ from .palette import KIND_COLORS, TEXT
 
 _FONT = "font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px"
 _MUTED = "color:#6b7280"
+
+
+def _wrapped(text: str, width: int, indent: str, more: str | None = None) -> list[str]:
+    """``text`` in lines of at most ``width``, broken between words: a figure is never cut."""
+    return textwrap.wrap(text, width, initial_indent=indent,
+                         subsequent_indent=indent if more is None else more,
+                         break_on_hyphens=False, break_long_words=False)
 
 
 class DashboardView(View):
@@ -27,9 +36,10 @@ class DashboardView(View):
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
         counters, feed = self.rows["counters"], self.rows["feed"]
-        lines = [clip(f"tpu_lab dashboard · {self._header()}", width)]
+        lines = _wrapped(f"tpu_lab dashboard · {self._header()}", width, "", "  ")
         lines.append(f"  eager mode     {self.state['eager_mode']}")
         lines.append(f"  compile cache  hit rate {counters['hit_rate']}")
+        lines += _wrapped(counters["note"], width, "                 ")
         lines.append(f"  torch.compile  {counters['compiles']}, {counters['recompiles']}")
         for gauge in self.rows["gauges"]["chips"]:
             bar = ""
@@ -41,11 +51,12 @@ class DashboardView(View):
         for group in feed["groups"]:
             lines.append(f"  {group['title']} · {group['total']}")
             if group["timing"]:
-                lines.append(clip(f"    {group['timing']}", width))
-            for row in group["rows"]:
+                lines += _wrapped(group["timing"], width, "    ")
+            for row in group["rows"]:  # wrapped, never cut in the middle of a figure
                 times = f" {row['times']}" if row["times"] else ""
-                line = f"    {row['seq']:>5} {row['label']:<11} {row['summary']}{times}"
-                lines.append(clip(f"{line}  {row['where']}".rstrip(), width))
+                line = f"{row['seq']:>5} {row['label']:<11} {row['summary']}{times}"
+                lines += _wrapped(f"{line}  {row['where']}".rstrip(), width, "    ",
+                                  " " * 22)
         return "\n".join(lines)
 
     def to_html(self) -> str:
@@ -72,6 +83,7 @@ class DashboardView(View):
             f"<div style='margin-top:4px'>eager mode <b>{esc(self.state['eager_mode'])}</b> · "
             f"compile cache hit rate <b>{esc(counters['hit_rate'])}</b> · "
             f"torch.compile {esc(counters['compiles'])}, {esc(counters['recompiles'])}</div>"
+            f"<div style='{_MUTED}'>{esc(counters['note'])}</div>"
             f"<div style='display:flex;flex-wrap:wrap;gap:8px;margin:6px 0'>{chips}</div>"
             f"<div><b>events</b> <span style='{_MUTED}'>({esc(feed['shown'])})</span></div>"
             f"{groups or '<div>(none yet)</div>'}</div>"

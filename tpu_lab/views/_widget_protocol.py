@@ -1,10 +1,18 @@
-"""The messages between the dashboard's Python model and its front end (widgets/dashboard.js).
+"""The messages between the live widgets' Python models and their front ends (widgets/*.js).
 
-Everything the widget shows travels as synced traitlets whose values have the shapes below
-(plain JSON): rows computed once in Python (:mod:`._dashboard_rows`), every label, byte count
-and grouping decided, so that the front end only draws them. Python -> JS: every synced trait.
-JS -> Python: ``eager_mode`` only (the toggle). The JSDoc typedefs at the top of
-``widgets/dashboard.js`` mirror these ``TypedDict``s; change both together.
+Everything a widget shows travels as synced traitlets whose values have the shapes below
+(plain JSON): rows computed once in Python, every label, byte count and grouping decided, so
+that the front end only draws them.
+
+- The dashboard (widgets/dashboard.js; rows in :mod:`._dashboard_rows`): Python -> JS every
+  synced trait; JS -> Python ``eager_mode`` only (the toggle).
+- The slice widget (widgets/slice.js; rows in :mod:`._slice_rows`): Python -> JS ``header``,
+  ``controls``, ``hbm``, ``result``, ``busy``, ``error``, ``updates``; JS -> Python the traits
+  its controls name (``generation``, ``devices``, ``tp``, ``batch``, ``seq``, ``image_size``,
+  ``remat``, ``commitment``), which Python validates and sets back when it refuses.
+
+The JSDoc typedefs at the top of each widget's ES module mirror these ``TypedDict``s; change
+both together.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ class Counters(TypedDict):
     compiles: str  # "1 compile"
     recompiles: str  # "2 recompiles"
     warn: bool  # recompilations happened
+    note: str  # what the cache counts in the current eager mode, and what a launch costs
 
 
 class Row(TypedDict):
@@ -121,3 +130,72 @@ MODES: list[ModeOption] = [
 PALETTE: dict[str, KindColors] = {
     kind: {"light": color, "dark": KIND_COLORS_DARK[kind]} for kind, color in KIND_COLORS.items()
 }
+
+
+# -- the slice widget (widgets/slice.js) ---------------------------------------------------------
+
+
+class SliceHeader(TypedDict):
+    """``header`` trait: what is weighed."""
+
+    title: str  # "Which slice: LlamaForCausalLM train, batch 64 x seq 4096"
+    subtitle: str  # "bf16, compiled · estimates of idealised chips, not measurements · ..."
+
+
+class ControlOption(TypedDict):
+    value: str  # the trait's value, as text
+    label: str
+
+
+class Control(TypedDict):
+    """One entry of the ``controls`` trait: a control that sets the trait ``name``."""
+
+    name: str  # the trait it sets
+    label: str
+    kind: str  # "select" or "number"
+    numeric: bool  # the trait holds a whole number: send the control's value as a number
+    value: str  # the value the widget shows (the last one Python accepted), as text
+    options: list[ControlOption]  # a select's choices ([] for a number)
+    step: int  # a number's step and least value (0 for a select)
+    hint: str  # what it means (the control's tooltip)
+    disabled: bool
+
+
+class HbmSegment(TypedDict):
+    """One kind of what fills a chip's HBM at the step's peak."""
+
+    kind: str  # "weights", "optimizer state", ...
+    size: str  # "1.87 GiB"
+    width: float  # percent of the bar (the bar spans the capacity, or the peak when over)
+    color: str  # its colour (tpu_lab.views.sharding.KIND_STYLE)
+
+
+class Hbm(TypedDict):
+    """``hbm`` trait: one chip's HBM at the estimated peak of the step (every chip of the split
+    holds the same)."""
+
+    title: str  # "HBM per chip (each of 8 chips)"
+    usage: str  # "31.04 GiB of 32.00 GiB (97%)"
+    over: bool  # the peak is more than the chip holds
+    capacity: float  # percent of the bar where the chip's capacity ends (100 unless over)
+    segments: list[HbmSegment]  # in a fixed order of kinds, so colours keep their place
+    verdict: str  # "fits in HBM: peak 31.04 GiB of 32.00 GiB per chip (estimate, compiled)"
+    fix: str  # where it does not fit: what would ("" where it fits)
+
+
+class Figure(TypedDict):
+    """One headline figure of the ``result`` trait."""
+
+    key: str  # "expected", "bound", "throughput", "step_price", "unit_price"
+    label: str  # "expected per step"
+    value: str  # "5.23 s"
+    note: str  # "idealised bound 3.10 s"
+
+
+class SliceResult(TypedDict):
+    """``result`` trait: the weighed option."""
+
+    title: str  # "v6e-8 (8 chips) · tp 1 x fsdp 8 · remat full"
+    figures: list[Figure]
+    lines: list[str]  # the same facts as sentences, labelled (what the static view prints)
+    priced: bool  # the generation has a published price for the commitment

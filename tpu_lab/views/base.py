@@ -17,13 +17,22 @@ class View:
         raise NotImplementedError
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return {"text/plain": self.to_text(), "text/html": align_left(self.to_html())}
+        return {"text/plain": self.to_text(), "text/html": notebook_html(self.to_html())}
 
     def __str__(self) -> str:
         return self.to_text()
 
     def __repr__(self) -> str:
         return self.to_text()
+
+
+def notebook_html(markup: str) -> str:
+    """``markup`` as a notebook shows it: table cells left-aligned (:func:`align_left`) and
+    never typeset as LaTeX. JupyterLab, Notebook 7 and the docs' notebook pages run MathJax over
+    rendered HTML, which reads the text between two dollar signs ("$0.07 per step at $1.20 per
+    chip-hour") as a formula; MathJax skips an element of the class ``tex2jax_ignore`` (MathJax
+    2 and 3) or ``mathjax_ignore`` (MathJax 3's own name) and all inside it."""
+    return f"<div class='tex2jax_ignore mathjax_ignore'>{align_left(markup)}</div>"
 
 
 _CELL = re.compile(r"<(td|th)\b([^>]*)>")

@@ -24,7 +24,6 @@ import operator
 import sys
 import threading
 import time
-from pathlib import Path
 
 import traitlets
 
@@ -43,6 +42,7 @@ from ._dashboard_rows import (
     rows,
 )
 from ._dashboard_view import DashboardView
+from ._widget_files import widget_file
 from ._widget_protocol import MODES, PALETTE
 
 try:
@@ -54,20 +54,6 @@ except ImportError as exc:  # the [lab] extra
     ) from exc
 
 __all__ = ["Dashboard", "DashboardView", "widget_file"]
-
-
-def widget_file(name: str) -> Path:
-    """A front-end file: packaged in the wheel as ``tpu_lab/_widgets/``, in a source checkout the
-    top-level ``widgets/`` (loaded by path, so anywidget hot-reloads it with ANYWIDGET_HMR=1)."""
-    package = Path(__file__).resolve().parent.parent
-    for folder in (package / "_widgets", package.parent / "widgets"):
-        if (folder / name).is_file():
-            return folder / name
-    raise FileNotFoundError(
-        f"The widget file {name!r} is missing from {package / '_widgets'} and "
-        f"{package.parent / 'widgets'}; reinstall tpu-lab "
-        f"({_install.hint(flags='--force-reinstall')})."
-    )
 
 
 class _Feed:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 
 from ..estimate.result import LABEL, Estimate
+from ..hardware.prices import price
 from ..units import format_bytes
 from .base import View, clip, esc, terminal_width
 
@@ -32,24 +33,65 @@ def _count(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
+def times_text(e: Estimate) -> str:
+    """``'expected about 3.46 s (idealised bound 2.08 s)'``."""
+    return (f"expected about {seconds_text(e.expected_seconds)} (idealised bound "
+            f"{seconds_text(e.seconds)})")
+
+
+def usd_text(usd: float) -> str:
+    """``'$16,103,158'``, ``'$234.50'``, ``'$2.70'``, ``'$0.0042'`` (whole dollars from a
+    thousand, cents above a dollar, three figures below)."""
+    if usd >= 1000:
+        return f"${usd:,.0f}"
+    return f"${usd:,.2f}" if usd >= 1 else f"${usd:.3g}"
+
+
+def cost_text(e: Estimate, commitment: str = "on-demand") -> str:
+    """What a run costs at list prices, labelled: ``'list price $0.021 per step on 8 chips
+    at $2.70 per chip-hour on demand (us-central1, read 2026-12-06); $0.36 per million
+    tokens'``, or why there is none."""
+    p = price(e.chip.generation, commitment)
+    if not p.known:
+        return (f"no published {commitment} price of a TPU {e.chip.generation} chip-hour: set "
+                f"one with tpu_lab.hardware.prices.set_price({e.chip.generation!r}, usd)")
+    chips = e.chips / e.chip.devices_per_chip
+    text = (f"list price (not a quote) {usd_text(e.usd_per_step(commitment))} per step on "
+            f"{chips:g} chips at {usd_text(p.usd_per_chip_hour)} per chip-hour {commitment}"
+            f"{f' ({p.region}, read {p.read})' if p.read else ''}")
+    if e.items:
+        per = 1e6 if e.unit == "tokens" else 1
+        text += f"; {usd_text(e.usd_per(per, commitment))} per " + (
+            "million tokens" if per > 1 else e.unit.rstrip("s"))
+    return text
+
+
 def summary(e: Estimate) -> list[str]:
-    """The estimate in two lines, labelled: what was estimated, then its time, mode, bound and
-    throughput (the first lines of every picture of an estimate)."""
-    rate = f"; {_count(e.throughput)} {e.unit}/s on all chips" if e.throughput else ""
-    return [
+    """The estimate in a few lines, labelled: what was estimated, then its expected time beside
+    the idealised bound, mode, bound and throughput, and (for a model's step) its list price
+    (the first lines of every picture of an estimate)."""
+    rate = (f"; {_count(e.expected_throughput)} {e.unit}/s on all chips"
+            if e.expected_throughput else "")
+    lines = [
         f"Estimated TPU time ({LABEL}, not a measurement): {e.title or 'program'}",
-        f"{seconds_text(e.seconds)} on {e.chip.product} ({e.mode}), {e.bound}-bound{rate}",
+        f"{times_text(e)} on {e.chip.product} ({e.mode}), {e.bound}-bound{rate}",
     ]
+    return [*lines, cost_text(e)] if e.task else lines
+
+
+def terms_text(e: Estimate) -> str:
+    """The idealised time's terms: ``'MXU 25.7 ms, HBM 35.7 ms, collectives 14.2 ms
+    (overlapping the ops), launches 20 µs'`` (the largest is what bounds it)."""
+    split = f"MXU {seconds_text(e.compute_seconds)}, HBM {seconds_text(e.memory_seconds)}"
+    if e.collective_seconds:
+        overlap = "" if e.mode == "eager" else " (overlapping the ops)"
+        split += f", collectives {seconds_text(e.collective_seconds)}{overlap}"
+    return split + f", launches {seconds_text(e.launch_seconds)}"
 
 
 def _facts(e: Estimate) -> list[str]:
     per = f" per chip of {e.chips}" if e.chips > 1 else ""
-    split = (f"time terms: MXU {seconds_text(e.compute_seconds)}, HBM "
-             f"{seconds_text(e.memory_seconds)}")
-    if e.collective_seconds:
-        overlap = "" if e.mode == "eager" else " (overlapping the ops)"
-        split += f", collectives {seconds_text(e.collective_seconds)}{overlap}"
-    split += f", launches {seconds_text(e.launch_seconds)}"
+    split = f"time terms: {terms_text(e)}"
     traffic = f"HBM {format_bytes(int(e.hbm_bytes))}"
     if e.ici_bytes:
         traffic += f", ICI {format_bytes(int(e.ici_bytes))} sent"
@@ -70,7 +112,8 @@ def _facts(e: Estimate) -> list[str]:
 
 def line(e: Estimate, top: int = 2) -> str:
     """One line for beside a host time: ``estimated on an idealised TPU v6e chip (not a
-    measurement): 1.82 ms (memory-bound; MXU 23%, padding waste 4%; top: aten.mm 61%, ...)``."""
+    measurement): expected about 2.65 ms (idealised bound 1.82 ms) (memory-bound; MXU 23% of
+    the bound, padding waste 4%; top: aten.mm 61%, ...)``."""
     head = f"estimated on {e.idealised_chip} (not a measurement)"
     if not e.ops:
         return f"{head}: no TPU ops ran"
@@ -81,8 +124,8 @@ def line(e: Estimate, top: int = 2) -> str:
     ranked = sorted(by_name.items(), key=lambda item: -item[1])[:top]
     tops = ", ".join(f"{name} {seconds / total:.0%}" for name, seconds in ranked)
     notes = "".join(f"; note: {n}" for n in e.notes)
-    return (f"{head}: {seconds_text(e.seconds)} ({e.bound}-bound; MXU "
-            f"{e.mxu_utilisation:.0%}, padding waste {e.padding_waste:.0%}; top: {tops}){notes}")
+    return (f"{head}: {times_text(e)} ({e.bound}-bound; MXU {e.mxu_utilisation:.0%} of the "
+            f"bound, padding waste {e.padding_waste:.0%}; top: {tops}){notes}")
 
 
 _HEAD = ("op", "count", "time", "share", "bound", "FLOPs", "HBM")

@@ -49,7 +49,7 @@ class EventLogView(View):
             where = short_where(e.where)
             room = width - len(head) - len(where) - 2
             lines.append(f"{head}{clip(e.summary, max(room, 10)):<{max(room, 10)}}  {where}")
-            for hint in e.details.get("hints", ()) if e.kind == "recompile" else ():
+            for hint in e.details.get("hints", ()) if e.kind in ("recompile", "compile") else ():
                 lines.append(clip(f"{'':>18}fix: {hint}", width))
         return "\n".join(lines)
 
@@ -79,15 +79,22 @@ class EventLogView(View):
         )
 
 
+def explainable(event: Event) -> bool:
+    """A recompile, a compile-cache miss or a graph break: an event with an explanation."""
+    return event.kind in ("recompile", "cache_miss") or "graph_break" in event.details
+
+
 def explain(seq: int | None = None) -> ExplanationView:
-    """Why recompile or cache-miss event ``seq`` happened (default: the latest), as a view
-    (``tpu_lab.explain``, ``%tpu explain``)."""
+    """Why recompile, cache-miss or graph-break event ``seq`` happened (default: the latest),
+    as a view (``tpu_lab.explain``, ``%tpu explain``)."""
     from ..events import log
 
-    recompiles = log.events(("recompile", "cache_miss"))
+    recompiles = [e for e in log.events(("recompile", "cache_miss", "compile"))
+                  if explainable(e)]
     if seq is None:
         if not recompiles:
-            raise TpuLabError("Nothing to explain: no recompilation has been recorded yet.")
+            raise TpuLabError("Nothing to explain: no recompilation or graph break has been "
+                              "recorded yet.")
         return ExplanationView(recompiles[-1])
     match = [e for e in log.events() if e.seq == seq]
     if not match:
@@ -102,16 +109,28 @@ class ExplanationView(View):
     what changed against the closest compiled graph, the fix, the cost."""
 
     def __init__(self, event: Event) -> None:
-        if event.kind not in ("recompile", "cache_miss"):
+        if not explainable(event):
             raise TpuLabError(
-                f"Event {event.seq} is a {event.kind!r} event; only recompile and cache_miss "
-                "events have an explanation. List them with "
+                f"Event {event.seq} is a {event.kind!r} event; only recompiles, cache misses "
+                "and graph breaks have an explanation. List them with "
                 "tpu_lab.event_log('recompile') or tpu_lab.event_log('cache_miss')."
             )
         self.event = event
 
+    def _kind(self) -> str:
+        return "graph break" if "graph_break" in self.event.details else (
+            self.event.kind.replace("_", " "))
+
     def _facts(self) -> list[tuple[str, str]]:
         d = self.event.details
+        if "graph_break" in d:
+            b = d["graph_break"]
+            return [("function", b["function"]),
+                    ("called at", self.event.where or "unknown"),
+                    ("the line", f"{b['at']}: {b['code']}" if b["code"] else b["at"]),
+                    ("why it breaks", b["what"]),
+                    ("how to fix", b["hint"]),
+                    ("cost", b["effect"])]
         if self.event.kind == "cache_miss":
             facts = [
                 ("sync point", f"{self.event.where or 'unknown'} ({d.get('reason', '')})"),
@@ -144,7 +163,7 @@ class ExplanationView(View):
 
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
-        lines = [f"{self.event.kind.replace('_', ' ')} #{self.event.seq}: {self.event.summary}"]
+        lines = [f"{self._kind()} #{self.event.seq}: {self.event.summary}"]
         for name, value in self._facts():  # wrapped, never cut: this is the explanation
             lines += textwrap.wrap(
                 str(value),
@@ -163,7 +182,7 @@ class ExplanationView(View):
         )
         return (
             f"<div style='border-left:3px solid #dc2626;padding-left:8px'>"
-            f"<b>{esc(self.event.kind.replace('_', ' '))} #{self.event.seq}</b>: "
+            f"<b>{esc(self._kind())} #{self.event.seq}</b>: "
             f"{esc(self.event.summary)}"
             f"<table style='{_STYLE}'>{rows}</table></div>"
         )

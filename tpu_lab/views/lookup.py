@@ -25,6 +25,7 @@ VIEWS: dict[tuple[str, str], tuple[str, str]] = {
     ("tpu_lab.sharding.plan", "Plan"): ("tpu_lab.views.sharding", "PlanView"),
     ("tpu_lab.sharding.batch_limit", "BatchLimits"): ("tpu_lab.views.sharding",
                                                        "BatchLimitsView"),
+    ("tpu_lab.sharding.chooser", "Choice"): ("tpu_lab.views.choice", "ChoiceView"),
     ("tpu_lab.sharding.mesh", "MeshRun"): ("tpu_lab.views.sharding", "MeshRunView"),
     ("tpu_lab.launch.cluster", "Cluster"): ("tpu_lab.views.cluster", "cluster_view"),
     ("tpu_lab.launch.cluster", "ClusterState"): ("tpu_lab.views.cluster", "ClusterView"),

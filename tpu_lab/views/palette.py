@@ -29,3 +29,6 @@ KIND_COLORS_DARK = {
 
 #: The colour of text about no kind in particular.
 TEXT = "#111827"
+
+#: Colours for series told apart by colour alone (a figure's TPU generations, in order).
+SERIES = ("#2563eb", "#ea580c", "#16a34a", "#7c3aed", "#0891b2", "#b91c1c")

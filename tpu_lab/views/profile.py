@@ -7,11 +7,13 @@ idealised chip) and the estimate's per-op table (FLOPs, HBM bytes, arithmetic in
 
 from __future__ import annotations
 
+import textwrap
+
 from ..estimate.result import Estimate
 from ..profiler.report import LANES, Profile
 from ..units import format_bytes
 from .base import View, clip, esc, terminal_width
-from .estimate import flops_text, seconds_text
+from .estimate import flops_text, seconds_text, times_text
 
 #: The estimated track's name, and the colour of its steps by bound.
 ESTIMATED = "est. TPU"
@@ -30,8 +32,7 @@ def _estimate_rows(e: Estimate, top: int) -> list[tuple[str, ...]]:
 
 
 def _estimate_head(e: Estimate) -> str:
-    return (f"estimated on {e.idealised_chip} (not a measurement): {seconds_text(e.seconds)}, "
-            f"{e.bound}-bound")
+    return f"estimated on {e.idealised_chip} (not a measurement): {times_text(e)}, {e.bound}-bound"
 
 #: The lanes' colours in the SVG timeline.
 LANE_COLOURS = {
@@ -111,7 +112,8 @@ class ProfileView(View):
         rows = _estimate_rows(e, self.top)
         name = min(max([len(_EST_HEAD[0]), *(len(r[0]) for r in rows)]), max(width - 72, 12))
         fmt = "  {:<{n}} {:>6} {:>10} {:>6} {:>11} {:>10} {:>8}  {}"
-        lines = [clip(f"  {_estimate_head(e)}", width),
+        lines = [*textwrap.wrap(_estimate_head(e), width, initial_indent="  ",
+                                subsequent_indent="    "),
                  clip(fmt.format(*_EST_HEAD, n=name), width)]
         lines += [clip(fmt.format(clip(r[0], name), *r[1:], n=name), width) for r in rows]
         hidden = len([o for o in e.ops if o.kind != "launch"]) - len(rows)

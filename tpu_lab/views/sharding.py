@@ -4,7 +4,9 @@ plan and a run on the one-process mesh (their figures: :mod:`.sharding_figures`)
 
 from __future__ import annotations
 
+import re
 import textwrap
+from dataclasses import dataclass
 
 import torch
 
@@ -12,6 +14,7 @@ from ..errors import ShardingError
 from ..sharding.info import (
     ModelLayout,
     ShardingInfo,
+    TensorLayout,
     dtype_name,
     format_box,
     model_layout,
@@ -197,16 +200,71 @@ def _per_chip(values) -> str:
     return format_bytes(lo) if lo == hi else f"{format_bytes(lo)}-{format_bytes(hi)}"
 
 
-def _middle(name: str, width: int) -> str:
-    """``name`` cut in the middle to ``width`` characters: its start and its end stay."""
-    if len(name) <= width:
-        return name
-    head = (width - 1) // 3
-    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+def natural_key(name: str) -> tuple:
+    """Sorts ``layers.2`` before ``layers.10``: the digits of a name compare as numbers."""
+    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name))
+
+
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.)")
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``0-31`` or ``0-2,4``."""
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One line of the table: a tensor, or the same tensor of several layers
+    (``model.layers.{0-31}.mlp.down_proj.weight``)."""
+
+    name: str
+    entries: tuple[TensorLayout, ...]
+
+    @property
+    def first(self) -> TensorLayout:
+        return self.entries[0]
+
+    @property
+    def bytes(self) -> int:
+        """The bytes one of its tensors holds on the fullest chip."""
+        return max(self.first.info.bytes_per_chip)
+
+
+def table_rows(layout: ModelLayout) -> list[_Row]:
+    """The table's rows, largest tensors first, names in natural order: a tensor repeated in
+    every layer with the same shape, placement and style is one row with its layers' numbers
+    (so a 32-layer model's attention weights are not pushed out by 96 MLP weights)."""
+    groups: dict[tuple, list[tuple[int, TensorLayout]]] = {}
+    for e in layout.entries:
+        index = _INDEX.search(e.name)
+        pattern = e.name if index is None else e.name[: index.start()] + "{}" + e.name[index.end():]
+        key = (pattern, e.info.global_shape, e.info.dtype, e.placement, e.style,
+               e.info.bytes_per_chip)
+        groups.setdefault(key, []).append((int(index.group()) if index else -1, e))
+    rows = []
+    for (pattern, *_), members in groups.items():
+        members.sort(key=lambda m: m[0])
+        if len(members) == 1:
+            rows.append(_Row(members[0][1].name, (members[0][1],)))
+        else:
+            numbers = _ranges([n for n, _ in members])
+            rows.append(_Row(pattern.replace("{}", "{" + numbers + "}"),
+                             tuple(e for _, e in members)))
+    return sorted(rows, key=lambda r: (-r.bytes, natural_key(r.first.name)))
 
 
 class LayoutView(View):
-    """Every parameter and buffer of a model: placement and bytes per chip, heaviest first."""
+    """Every parameter and buffer of a model: placement and bytes per chip, heaviest first,
+    names in natural order, a tensor of every layer on one row (:func:`table_rows`); a column
+    no tensor fills (no plan style) is left out, and a name is never cut (one too long for a
+    narrow terminal gets a line of its own)."""
 
     def __init__(self, layout: ModelLayout, limit: int = 25, title: str | None = None) -> None:
         self.layout = layout
@@ -222,14 +280,24 @@ class LayoutView(View):
                                      f"{format_bytes(lay.global_bytes)} unsharded, "
                                      f"{_per_chip(lay.bytes_per_chip)} per chip")
 
+    def _styled(self) -> bool:
+        return any(e.style for e in self.layout.entries)
+
+    def _heads(self) -> tuple[str, ...]:
+        heads = ("tensor", "shape", "dtype", "placement", "style", "per chip")
+        return heads if self._styled() else tuple(h for h in heads if h != "style")
+
     def _rows(self):
-        for e in self.layout.by_bytes()[: self.limit]:
-            yield (e.name + (f" (= {', '.join(e.aliases)})" if e.aliases else ""),
-                   _shape(e.info.global_shape), dtype_name(e.info.dtype), e.placement,
-                   e.style or "", _per_chip(e.info.bytes_per_chip))
+        for row in table_rows(self.layout)[: self.limit]:
+            e = row.first
+            count = f"{len(row.entries)} x " if len(row.entries) > 1 else ""
+            values = (row.name + (f" (= {', '.join(e.aliases)})" if e.aliases else ""),
+                      _shape(e.info.global_shape), dtype_name(e.info.dtype), e.placement,
+                      e.style or "", count + _per_chip(e.info.bytes_per_chip))
+            yield values if self._styled() else values[:4] + values[5:]
 
     def _rest(self) -> str | None:
-        rest = self.layout.by_bytes()[self.limit:]
+        rest = [e for row in table_rows(self.layout)[self.limit:] for e in row.entries]
         if not rest:
             return None
         per = [sum(e.info.bytes_per_chip[c] for e in rest) for c in range(self.layout.chips)]
@@ -238,33 +306,38 @@ class LayoutView(View):
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
         rows = list(self._rows())
-        heads = ("shape", "dtype", "placement", "style", "per chip")
+        heads = self._heads()[1:]
         cols = [max([len(h)] + [len(r[k + 1]) for r in rows]) for k, h in enumerate(heads)]
         name_w = max(min(max([6] + [len(r[0]) for r in rows]), width - sum(cols) - 7), 12)
         widths = (name_w, *cols)
+        aligns = "<><<" + "<" * (len(heads) - 4) + ">"
 
         def fmt(values) -> str:
-            return "  " + " ".join(f"{v:{a}{w}}" for v, a, w in zip(values, "<><<<>", widths,
+            return "  " + " ".join(f"{v:{a}{w}}" for v, a, w in zip(values, aligns, widths,
                                                                        strict=True))
 
         lines = [*_wrap([self._head()], width), fmt(("tensor", *heads)).rstrip()]
-        for r in rows:
-            lines.append(fmt((_middle(r[0], name_w), *r[1:])).rstrip())
+        for r in rows:  # a name too long for its column gets a line of its own, never cut
+            if len(r[0]) > name_w:
+                lines.append(f"  {r[0]}")
+            lines.append(fmt(("" if len(r[0]) > name_w else r[0], *r[1:])).rstrip())
         if (rest := self._rest()) is not None:
             lines.append("  " + rest)
         return "\n".join(clip(line, width) for line in lines)
 
     def to_html(self) -> str:
-        heads = ("tensor", "shape", "dtype", "placement", "style", "per chip")
+        heads = self._heads()
+        last = len(heads) - 1
         body = "".join(
             "<tr style='border-top:1px solid #e5e7eb'>"
-            + "".join(f"<td style='{_TD}{';text-align:right' * (k == 5)}'>{esc(v)}</td>"
+            + "".join(f"<td style='{_TD}{';text-align:right' * (k == last)}'>{esc(v)}</td>"
                       for k, v in enumerate(r)) + "</tr>"
             for r in self._rows()
         )
         rest = self._rest()
         if rest is not None:
-            body += f"<tr><td colspan='6' style='{_TD};color:#6b7280'>{esc(rest)}</td></tr>"
+            body += (f"<tr><td colspan='{len(heads)}' style='{_TD};color:#6b7280'>{esc(rest)}"
+                     "</td></tr>")
         return (f"<div><b>{esc(self._head())}</b><table style='{_STYLE}'><thead><tr>"
                 + "".join(f"<th style='{_TD};text-align:left'>{h}</th>" for h in heads)
                 + f"</tr></thead><tbody>{body}</tbody></table></div>")
@@ -390,9 +463,15 @@ def memory_view(obj: Plan | MeshRun, estimate=None) -> PlanMemoryView:
                           obj.hbm_per_chip, f"HBM, TPU {obj.generation.name} (real shards)")
 
 
+def _parallel(chips: int) -> str:
+    """``tensor parallel over 4 chips``; ``on 1 chip (no tensor parallelism)``."""
+    return (f"tensor parallel over {chips} chips" if chips > 1
+            else "on 1 chip (no tensor parallelism)")
+
+
 def _plan_facts(p, e=None) -> list[str]:
     topo = f" ({p.topology})" if p.topology else ""
-    facts = [f"Plan: {p.model} ({p.source}), tensor parallel over {p.chips} chips of TPU "
+    facts = [f"Plan: {p.model} ({p.source}), {_parallel(p.chips)} of TPU "
              f"{p.generation.name}{topo}, {dtype_name(p.dtype)} weights"]
     if e is not None and e.memory is not None:
         facts.append(f"{e.verdict}, {e.task} step")
@@ -464,7 +543,7 @@ def _run_facts(r) -> list[str]:
     comms = ", ".join(f"{name} x{n}" for name, n in r.comms) or "none"
     verdict = "equal within" if r.matches else "DIFFERENT beyond"
     return [
-        f"Simulated mesh: {r.model}, tensor parallel over {r.chips} chips "
+        f"Simulated mesh: {r.model}, {_parallel(r.chips)} "
         "(one process, CPU shards, LocalTensorMode)",
         f"output vs unsharded: max |diff| {r.max_abs_diff:.3g}, {verdict} rtol {r.rtol:g} "
         f"atol {r.atol:g} on every chip",
@@ -531,7 +610,9 @@ __all__ = [
     "ShardingView",
     "blocks",
     "memory_view",
+    "natural_key",
     "sharding_data",
+    "table_rows",
     "view",
 ]
 

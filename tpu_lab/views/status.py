@@ -93,11 +93,11 @@ class StatusView(View):
         if c is None:
             return "counters not reported by this backend"
         if not c.get("requests"):
-            return "no requests yet (DEFER_AND_FUSE compiles eager ops at sync points)"
+            return "no lookups yet (each eager op, and each DEFER_AND_FUSE graph, is one)"
         rate = 100.0 * c["hits"] / c["requests"]
         return (
-            f"{rate:.0f}% hit rate: {c['hits']} of {c['requests']} requests, "
-            f"{c['misses']} compilation(s)"
+            f"{rate:.0f}% hit rate: {c['hits']} of {c['requests']} lookups, "
+            f"{c['misses']} compilation(s), since the kernel started"
         )
 
     def _events_text(self) -> str:

@@ -1,13 +1,15 @@
 // Ops on "tpu" tensors. Views, factories, copies, resize and .item() have kernels of their own
 // (PyTorch's own view kernels on the real storages); every other op goes through one boxed
 // fallback that runs the op's CPU kernel on CPU tensors sharing the "tpu" tensors' memory, so
-// the numbers are the CPU's, bit for bit, and no byte is copied.
+// the numbers are the CPU's, bit for bit, and no byte is copied. Sparse COO tensors take the
+// same way, for the sparse ops TorchTPU has kernels for (sparse_fallback below).
 #include "core.h"
 #include "opcache.h"
 #include "oplog.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/SparseTensorImpl.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
@@ -20,7 +22,9 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <array>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 
 namespace tpu_lab {
@@ -28,6 +32,8 @@ namespace {
 
 const c10::DispatchKeySet kTpuKeys(c10::DispatchKey::PrivateUse1);
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
+const c10::DispatchKeySet kSparseTpuKeys(c10::DispatchKey::SparsePrivateUse1);
+const c10::DispatchKeySet kSparseCpuKeys(c10::DispatchKey::SparseCPU);
 
 bool is_tpu(const at::Tensor& t) {
   return t.defined() && t.device().type() == kTpu;
@@ -48,6 +54,23 @@ at::Tensor on_storage(c10::Storage storage, c10::DispatchKeySet keys, const at::
   if (like.is_neg()) {
     t._set_neg(true);
   }
+  return t;
+}
+
+at::SparseTensorImpl* sparse_impl(const at::Tensor& t) {
+  return static_cast<at::SparseTensorImpl*>(t.unsafeGetTensorImpl());
+}
+
+// A sparse COO tensor of `keys` with `like`'s shape, dimensions and coalesced flag, on the
+// given indices and values.
+at::Tensor sparse_like(c10::DispatchKeySet keys, const at::Tensor& like, const at::Tensor& indices,
+                       const at::Tensor& values) {
+  const at::SparseTensorImpl* from = sparse_impl(like);
+  at::Tensor t = at::detail::make_tensor<at::SparseTensorImpl>(keys, like.dtype());
+  at::SparseTensorImpl* impl = sparse_impl(t);
+  impl->raw_resize_(from->sparse_dim(), from->dense_dim(), like.sizes());
+  impl->set_indices_and_values_unsafe(indices, values);
+  impl->set_coalesced(from->coalesced());
   return t;
 }
 
@@ -74,6 +97,17 @@ std::string qualname(const c10::OperatorHandle& op) {
   return name.overload_name.empty() ? base : base + "." + name.overload_name;
 }
 
+// The ops TorchTPU 0.2.0 registers for sparse COO tensors (its TORCH_LIBRARY_IMPL(aten,
+// SparsePrivateUse1) block); every other sparse op raises there, and here (sparse_fallback).
+const std::array<std::string_view, 36> kSparseOps = {
+    "_coalesce", "_coalesced_", "_dimI", "_dimV", "_indices", "_nnz",
+    "_sparse_coo_tensor_with_dims", "_sparse_coo_tensor_with_dims_and_tensors", "_to_copy",
+    "_to_dense", "_values", "add.Tensor", "add.out", "add_.Tensor", "clone", "copy_",
+    "copy_sparse_to_sparse_", "dense_dim", "empty.memory_format", "empty_like", "indices",
+    "is_coalesced", "mul.Tensor", "mul.out", "mul_.Tensor", "neg", "neg.out", "neg_",
+    "sparse_dim", "sparse_resize_", "sparse_resize_and_clear_", "sub.Tensor", "sub.out",
+    "sub_.Tensor", "values", "zero_"};
+
 // What the fallback needs to know about an op, worked out on its first call.
 struct OpPlan {
   std::string name;
@@ -83,6 +117,7 @@ struct OpPlan {
   // device-generic tests fill "tpu" tensors at CPU indices, which only CUDA skips)
   bool cpu_indices_ok = false;
   bool dot = false;             // runs on the MXU: its precision is part of a compiled op's key
+  bool sparse = false;          // TorchTPU has a kernel for it on sparse COO tensors
   std::vector<size_t> written;  // arguments the op writes to (in-place, out=)
 };
 
@@ -107,6 +142,7 @@ OpPlan make_plan(const c10::OperatorHandle& op) {
                         base == "_index_put_impl_" || base == "index_fill" ||
                         base == "index_fill_";
   plan.dot = is_dot_op(plan.name);
+  plan.sparse = std::find(kSparseOps.begin(), kSparseOps.end(), plan.name) != kSparseOps.end();
   return plan;
 }
 
@@ -132,6 +168,16 @@ const OpPlan& plan_of(const c10::OperatorHandle& op) {
 
 void quantized_fallback(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
   refuse_quantized(qualname(op));
+}
+
+// TorchTPU's sparse fallback (TpuSparseOpFallback) refuses every sparse op it has no kernel for
+// with "<op>(): sparse operators are not supported on TPU yet".
+[[noreturn]] void refuse_sparse(const c10::OperatorHandle& op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op.schema().name(),
+                              "(): sparse operators are not supported on TPU yet: TorchTPU's "
+                              "sparse COO tensors have construction, coalescing, add, sub, mul, "
+                              "neg, clone, copies, zero_ and to_dense only. Densify first "
+                              "(.to_dense()) or run it on the CPU (.cpu()).");
 }
 
 [[noreturn]] void mixed_devices() {
@@ -205,6 +251,10 @@ class Unwrapped {
         return originals_[i];
       }
     }
+    if (out.is_sparse()) {  // a new sparse tensor: "tpu" indices and values, by the rules here
+      const at::SparseTensorImpl* impl = sparse_impl(out);
+      return sparse_like(kSparseTpuKeys, out, wrap(impl->indices()), wrap(impl->values()));
+    }
     c10::StorageImpl* impl = out.storage().unsafeGetStorageImpl();
     for (const auto& [cpu, tpu] : storages_) {
       if (cpu.unsafeGetStorageImpl() == impl) {
@@ -251,6 +301,10 @@ class Unwrapped {
       if (originals_[i].unsafeGetTensorImpl() != tpu.unsafeGetTensorImpl()) {
         continue;
       }
+      if (tpu.is_sparse()) {
+        reconcile_sparse(tpu, aliases_[i]);
+        return;
+      }
       const at::Tensor& cpu = aliases_[i];
       const c10::Storage& storage = tpu.storage();
       if (cpu.storage().data() != storage.data() || cpu.storage().nbytes() != storage.nbytes()) {
@@ -271,9 +325,33 @@ class Unwrapped {
   }
 
  private:
+  // A sparse kernel may have resized the CPU tensor, grown its indices and values in place or
+  // given it new ones: the "tpu" tensor takes its dimensions and members (its own members
+  // follow their CPU aliases first).
+  void reconcile_sparse(const at::Tensor& tpu, const at::Tensor& cpu) {
+    const at::SparseTensorImpl* from = sparse_impl(cpu);
+    for (const at::Tensor& member : {from->indices(), from->values()}) {
+      for (size_t i = 0; i < aliases_.size(); ++i) {
+        if (aliases_[i].unsafeGetTensorImpl() == member.unsafeGetTensorImpl()) {
+          reconcile(originals_[i]);
+        }
+      }
+    }
+    at::SparseTensorImpl* impl = sparse_impl(tpu);
+    impl->raw_resize_(from->sparse_dim(), from->dense_dim(), cpu.sizes());
+    impl->set_indices_and_values_unsafe(wrap(from->indices()), wrap(from->values()));
+    impl->set_coalesced(from->coalesced());
+  }
+
   at::Tensor unwrap_tensor(const at::Tensor& t) {
     if (!t.defined()) {
       return t;
+    }
+    if (t.is_sparse() && is_tpu(t)) {  // a CPU sparse tensor on CPU aliases of its members
+      saw_tpu_ = true;
+      const at::SparseTensorImpl* impl = sparse_impl(t);
+      return keep(t, sparse_like(kSparseCpuKeys, t, unwrap_tensor(impl->indices()),
+                                 unwrap_tensor(impl->values())));
     }
     if (!is_tpu(t)) {
       if (t.is_cpu() && t.dim() > 0 && !cpu_indices_ok_) {
@@ -328,7 +406,7 @@ struct LentState {
 };
 
 void run_on_cpu(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack,
-                size_t first) {
+                size_t first, c10::DispatchKeySet keys) {
   if (plan.generator >= 0) {
     c10::IValue& slot = (*stack)[first + plan.generator];
     at::Generator device = slot.isNone() ? default_generator() : slot.toGenerator();
@@ -338,7 +416,7 @@ void run_on_cpu(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
       std::lock_guard<std::mutex> lock(device.mutex());
       LentState::copy(impl, cpu.get<at::CPUGeneratorImpl>());
       slot = cpu;
-      op.redispatchBoxed(kCpuKeys, stack);
+      op.redispatchBoxed(keys, stack);
       LentState::copy(cpu.get<at::CPUGeneratorImpl>(), impl);
       return;
     }
@@ -355,7 +433,7 @@ void run_on_cpu(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
       LentState::copy(impl, cpu);
     }
     try {
-      op.redispatchBoxed(kCpuKeys, stack);
+      op.redispatchBoxed(keys, stack);
     } catch (...) {
       std::lock_guard<std::mutex> lock(host.mutex());
       LentState::copy(saved.get<at::CPUGeneratorImpl>(), cpu);
@@ -366,11 +444,12 @@ void run_on_cpu(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::S
     LentState::copy(saved.get<at::CPUGeneratorImpl>(), cpu);
     return;
   }
-  op.redispatchBoxed(kCpuKeys, stack);
+  op.redispatchBoxed(keys, stack);
 }
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const OpPlan& plan = plan_of(op);
+// The op's CPU kernel (of `keys`: dense or sparse) on CPU tensors sharing the arguments' memory.
+void run_fallback(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack,
+                  c10::DispatchKeySet keys) {
   const size_t nargs = op.schema().arguments().size();
   const size_t first = stack->size() - nargs;
   const bool recording = is_recording();
@@ -396,9 +475,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   unwrapped.check_devices();
   if (has_narrow_unsigned(op.schema(), *stack, first)) {  // uint16/uint32: see unsigned.cpp
-    run_widening(op, stack, first, [&](torch::jit::Stack* s) { run_on_cpu(op, plan, s, first); });
+    run_widening(op, stack, first,
+                 [&](torch::jit::Stack* s) { run_on_cpu(op, plan, s, first, keys); });
   } else {
-    run_on_cpu(op, plan, stack, first);
+    run_on_cpu(op, plan, stack, first, keys);
   }
   for (const c10::IValue& value : written) {
     unwrapped.reconcile(value);
@@ -411,6 +491,20 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     log_op(op.schema(), called.data(), nargs, stack->data() + stack->size() - nreturns, nreturns,
            recording);
   }
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_fallback(op, plan_of(op), stack, kCpuKeys);
+}
+
+// Ops on sparse COO "tpu" tensors: the sparse CPU kernel, on CPU sparse tensors whose indices
+// and values share the "tpu" ones' memory, for the ops TorchTPU has sparse kernels for.
+void sparse_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const OpPlan& plan = plan_of(op);
+  if (!plan.sparse) {
+    refuse_sparse(op);
+  }
+  run_fallback(op, plan, stack, kSparseCpuKeys);
 }
 
 void record(const char* name, std::vector<c10::IValue> args) {
@@ -703,6 +797,22 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+// The list's ops explicitly, as a composite kernel would otherwise run before the fallback
+// (is_coalesced's refuses every sparse backend but the CPU's and CUDA's); except _to_copy and
+// empty_like, whose composites (on the listed ops) also move a tensor to another device.
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  for (std::string_view name : kSparseOps) {
+    if (name != "_to_copy" && name != "empty_like") {
+      m.impl(std::string(name).c_str(),
+             torch::CppFunction::makeFromBoxedFunction<&sparse_fallback>());
+    }
+  }
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_fallback>());
 }
 
 TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
