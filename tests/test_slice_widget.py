@@ -135,7 +135,8 @@ def test_a_new_generation_keeps_the_slice_it_has_and_takes_the_nearest_it_lacks(
               "4."),
     ("devices", 3, "TPU v6e has no slice of 3 devices; its slices: 1, 4, 8, 16, 32, 64, 128, "
                    "256."),
-    ("generation", "v9", "Unknown TPU generation 'v9'; known: v4, v5e, v5p, v6e, v7."),
+    ("generation", "v9",
+     "Unknown TPU generation 'v9'. Known generations: v4, v5e, v5p, v6e, v7. Example: 'v6e'."),
     ("remat", "some", "remat must be one of none, full, dots; got 'some'."),
     ("commitment", "forever", None),
 ])  # fmt: skip

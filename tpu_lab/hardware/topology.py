@@ -135,17 +135,22 @@ def _choices() -> str:
     return "; ".join(f"{g.name}-{{{_counts(g)}}}" for g in GENERATIONS.values())
 
 
+def generation_named(name: str, example: str = "v6e") -> Generation:
+    """The generation called ``name``, or a TopologyError that lists the known ones and shows
+    ``example`` (what the caller takes: a generation, or a topology such as "v6e-4")."""
+    gen = GENERATIONS.get(name)
+    if gen is None:
+        raise TopologyError(f"Unknown TPU generation {name!r}. Known generations: "
+                            f"{', '.join(GENERATIONS)}. Example: {example!r}.")
+    return gen
+
+
 def make_topology(
     generation: str, devices: int | None = None, hosts: int | None = None
 ) -> Topology:
     """The topology for ``generation`` with ``devices`` devices (default: the smallest) on
     ``hosts`` hosts (default: one host where it has that many devices, else its pod slice)."""
-    gen = GENERATIONS.get(str(generation).strip().lower())
-    if gen is None:
-        raise TopologyError(
-            f"Unknown TPU generation {generation!r}. Known generations: "
-            f"{', '.join(GENERATIONS)}. Example: 'v6e-4'."
-        )
+    gen = generation_named(str(generation).strip().lower(), example="v6e-4")
     if devices is None:
         devices = min(gen.topologies)
     pods = _pods(gen)

@@ -33,7 +33,7 @@ from ..estimate.memory import Memory
 from ..estimate.result import Estimate, OpCost, merged
 from ..hardware.prices import price
 from ..hardware.slices import multi_host
-from ..hardware.topology import GENERATIONS
+from ..hardware.topology import GENERATIONS, generation_named
 from .info import dtype_name
 from .plan import Plan, plan
 from .remat import POLICIES
@@ -353,10 +353,8 @@ def choose(config, task: str = "train", *, batch: int, seq: int | None = None,
     limits the activation checkpointing tried (default: "none", then "dots" and "full" where
     "none" does not fit). See the module's docstring."""
     check_task(task)
-    unknown = [g for g in generations if g not in GENERATIONS]
-    if unknown:
-        raise TopologyError(f"Unknown TPU generation {unknown[0]!r}; known: "
-                            f"{', '.join(GENERATIONS)}.")
+    for g in generations:
+        generation_named(g)
     if isinstance(max_chips, bool) or not isinstance(max_chips, int) or max_chips < 1:
         raise ShardingError(f"max_chips must be a positive whole number, got {max_chips!r}.")
     price(generations[0], commitment)  # refuses an unknown commitment up front
@@ -401,9 +399,7 @@ _ESTIMATORS: dict[tuple, _Estimator] = {}
 def slices(generation: str, max_chips: int = 256) -> tuple[int, ...]:
     """The slices of ``generation`` up to ``max_chips`` chips, as the devices they show
     (``'v6e'`` -> 1, 4, 8, 16, ...; a TPU7x chip shows two)."""
-    if generation not in GENERATIONS:
-        raise TopologyError(f"Unknown TPU generation {generation!r}; known: "
-                            f"{', '.join(GENERATIONS)}.")
+    generation_named(generation)
     return tuple(d for d, _ in _slices(generation, max_chips))
 
 

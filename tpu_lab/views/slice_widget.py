@@ -21,9 +21,9 @@ import torch
 import traitlets
 
 from .. import _install
-from ..errors import TopologyError, TpuLabError
+from ..errors import TpuLabError
 from ..hardware.prices import price
-from ..hardware.topology import GENERATIONS
+from ..hardware.topology import GENERATIONS, generation_named
 from ..sharding import chooser
 from ..sharding.info import dtype_name
 from ..sharding.remat import check as check_remat
@@ -88,9 +88,7 @@ class SliceWidget(anywidget.AnyWidget):
             raise TpuLabError("The slice widget weighs one step: give seq= (a language model's "
                               "tokens per sequence) or image_size=(height, width) (an image "
                               "model's pixels), not both.")
-        if generation not in GENERATIONS:
-            raise TopologyError(f"Unknown TPU generation {generation!r}; known: "
-                                f"{', '.join(GENERATIONS)}.")
+        generation_named(generation)
         if isinstance(max_chips, bool) or not isinstance(max_chips, int) or max_chips < 1:
             raise TpuLabError(f"max_chips must be a positive whole number, got {max_chips!r}.")
         super().__init__(**kwargs)
@@ -135,9 +133,7 @@ class SliceWidget(anywidget.AnyWidget):
         a new slice keeps the tensor parallelism where it splits it (else the largest that
         does). Raises what refuses it."""
         gen = wanted["generation"]
-        if gen not in GENERATIONS:
-            raise TopologyError(f"Unknown TPU generation {gen!r}; known: "
-                                f"{', '.join(GENERATIONS)}.")
+        generation_named(gen)
         devices = self._whole("devices", wanted["devices"])
         tp = self._whole("tp", wanted["tp"])
         batch = self._whole("batch", wanted["batch"])
