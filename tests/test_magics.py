@@ -692,8 +692,8 @@ def test_plan_choose_weighs_every_slice_and_says_what_it_needs(shell):
     assert "a run of 1B tokens" in bundle["text/plain"]
     assert "<img" in bundle["text/html"] and found.best.slice_name in bundle["text/html"]
     assert usage_error(shell, "plan llama --choose --batch 8").splitlines()[0] == (
-        "%tpu plan: --choose weighs the slices for one step: give --batch and --seq (or "
-        "--image-size for an image model)")
+        "%tpu plan: --choose weighs one step: give --batch and --seq (or --image-size for an "
+        "image model)")
     assert "leave out --chips" in usage_error(shell, "plan llama --choose --chips 4 --batch 8 "
                                                      "--seq 64")
     assert usage_error(shell, "plan llama --chips 4 --max-chips 8").splitlines()[0] == (

@@ -154,25 +154,31 @@ def plan(magics, args, cell):
         display(module("tpu_lab.views.sharding").view(planned, estimate=estimate))
 
 
+def _one_step(args, flag: str) -> dict:
+    """What ``--choose`` and ``--widget`` (``flag``) both need: one step's size and task,
+    checked; returns the options they share (``max_chips``, ``dtype``)."""
+    if args.batch is None or (args.seq is None and args.image_size is None):
+        raise error("plan", f"--{flag} weighs one step: give --batch and --seq (or "
+                            "--image-size for an image model)")
+    if args.estimate == "none":
+        raise error("plan", f"--{flag} needs a task: --estimate forward|train|decode, or "
+                            "leave it out (train)")
+    options = {} if args.max_chips is None else {"max_chips": args.max_chips}
+    if args.dtype is not None:
+        options["dtype"] = getattr(module("torch"), args.dtype)
+    return options
+
+
 def _choose(args, model) -> None:
     """``%tpu plan MODEL --choose``: :func:`tpu_lab.sharding.choose`, drawn."""
-    if args.batch is None or (args.seq is None and args.image_size is None):
-        raise error("plan", "--choose weighs the slices for one step: give --batch and --seq "
-                            "(or --image-size for an image model)")
+    options = _one_step(args, "choose")
     if args.chips is not None or args.max_batch:
         raise error("plan", "--choose weighs every slice and split itself: leave out "
                             f"--{'chips' if args.chips is not None else 'max-batch'} (use "
                             "--max-chips to bound the slices)")
-    if args.estimate == "none":
-        raise error("plan", "--choose needs a task: --estimate forward|train|decode, or leave "
-                            "it out (train)")
-    torch = module("torch")
-    options = {} if args.generation is None else {
-        "generations": tuple(g.strip() for g in args.generation.split(",") if g.strip())}
-    if args.max_chips is not None:
-        options["max_chips"] = args.max_chips
-    if args.dtype is not None:
-        options["dtype"] = getattr(torch, args.dtype)
+    if args.generation is not None:
+        options["generations"] = tuple(
+            g.strip() for g in args.generation.split(",") if g.strip())
     with shown_as_usage_errors():
         found = module("tpu_lab.sharding").choose(
             model, args.estimate or "train", batch=args.batch, seq=args.seq,
@@ -186,17 +192,12 @@ def _widget(args, model) -> None:
     if args.choose:
         raise error("plan", "--widget shows one slice at a time with controls, --choose ranks "
                             "them all: give one of them")
-    if args.batch is None or (args.seq is None and args.image_size is None):
-        raise error("plan", "--widget weighs one step: give --batch and --seq (or --image-size "
-                            "for an image model)")
+    options = _one_step(args, "widget")
     for name, given in (("max-batch", args.max_batch), ("tokens", args.tokens is not None),
                         ("optimizer", args.optimizer != "adamw")):
         if given:
             raise error("plan", f"--widget weighs a step as --choose does (AdamW for "
                                 f"training): leave out --{name}")
-    if args.estimate == "none":
-        raise error("plan", "--widget needs a task: --estimate forward|train|decode, or leave "
-                            "it out (train)")
     generation, devices = args.generation, args.chips
     if generation is None:
         from .. import session
@@ -204,9 +205,6 @@ def _widget(args, model) -> None:
         with shown_as_usage_errors():
             generation, current = session.current_topology()
         devices = devices or current
-    options = {} if args.max_chips is None else {"max_chips": args.max_chips}
-    if args.dtype is not None:
-        options["dtype"] = getattr(module("torch"), args.dtype)
     widgets = module("tpu_lab.views.slice_widget")
     with shown_as_usage_errors():
         display(widgets.SliceWidget(
