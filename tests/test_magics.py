@@ -856,7 +856,8 @@ def test_explain_covers_a_fullgraph_graph_break_and_a_split_function(shell):
 def test_a_mixed_device_error_names_the_cells_tensors_and_the_fix(shell):
     """In a notebook the device's mixed-device error is told for the cell: which name is on
     which device, the move that fixes it; the Trainer's setting only where accelerate is."""
-    run(shell, "import torch\nmodel = torch.nn.Linear(4, 2)\nx = torch.ones(1, 4, device='tpu')")
+    run(shell, "import torch\nmodel = torch.nn.Linear(4, 2)\nx = torch.ones(1, 4, device='tpu')\n"
+               "y = torch.ones(2, device='tpu')  # an earlier value of the name the line assigns")
     _, _, _, result = run(shell, "y = model(x)")
     cell = result.execution_count
     assert str(result.error_in_exec) == (

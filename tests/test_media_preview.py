@@ -70,7 +70,7 @@ def test_single_image_text_html_and_png():
     img = _png(bundle)
     assert img.size == (96, 64) and img.getpixel((5, 5)) == (255, 0, 0)
     html = bundle["text/html"]
-    assert html.startswith("<figure class='tpu-lab-preview'")
+    assert html.startswith("<div class='tex2jax_ignore mathjax_ignore'><figure class='tpu-lab-preview'")
     assert "src='data:image/png;base64," in html and "width='96' height='64'" in html
     assert "<figcaption" in html and "range [0, 1] (detected)" in html
 

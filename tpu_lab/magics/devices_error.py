@@ -57,8 +57,14 @@ def _names_on_devices(frame, line: int) -> tuple[str, dict[str, tuple[str, str]]
     except SyntaxError:
         return code, {}
     placed: dict[str, tuple[str, str]] = {}
+    # a name the line only assigns ('y' of 'y = model(x)') holds an earlier cell's value: not
+    # one the failing call read (an augmented assignment's target is read too)
+    updated = {n.target.id for n in ast.walk(tree)
+               if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Name) or node.id in placed:
+            continue
+        if not isinstance(node.ctx, ast.Load) and node.id not in updated:
             continue
         value = frame.f_locals.get(node.id, frame.f_globals.get(node.id))
         device = _device(value)
