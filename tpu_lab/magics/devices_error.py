@@ -15,8 +15,6 @@ import re
 import traceback
 
 _MIXED = "Expected all tensors to be on the same device"
-#: What the device's core appends to every mixed-device error (the Trainer's case).
-_TRAINER_NOTE = re.compile(r"\s*\(With the Hugging Face Trainer.*\)\s*$", re.S)
 _FIRST = re.compile(r"^(Expected all tensors to be on the same device, but found at least two "
                     r"devices, [^!]*!)")
 ACCELERATE_FIX = (
@@ -92,7 +90,7 @@ def retold(exc: BaseException, tb) -> str | None:
     if not text.startswith(_MIXED):
         return None
     head = _FIRST.match(text)
-    message = head.group(1) if head else _TRAINER_NOTE.sub("", text)
+    message = head.group(1) if head else text
     where = _cell_frame(tb)
     placed: dict[str, tuple[str, str]] = {}
     if where is not None:

@@ -183,9 +183,7 @@ void quantized_fallback(const c10::OperatorHandle& op, torch::jit::Stack* /*stac
 [[noreturn]] void mixed_devices() {
   TORCH_CHECK(false,
               "Expected all tensors to be on the same device, but found at least two devices, "
-              "tpu:0 and cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu()). "
-              "(With the Hugging Face Trainer, accelerate left the model on the CPU: set "
-              "ACCELERATE_TORCH_DEVICE=tpu.)");
+              "tpu:0 and cpu! Move the CPU tensor with .to('tpu') (or the 'tpu' one with .cpu()).");
 }
 
 // One op's arguments as CPU tensors on the same memory, and the way back.
