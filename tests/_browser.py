@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,29 @@ def video_frames(path) -> tuple[int, tuple[int, int], str]:
         stream = container.streams.video[0]
         frames = list(container.decode(stream))
         return len(frames), (frames[0].width, frames[0].height), stream.codec_context.name
+
+
+#: True once the current notebook's kernel is started, idle and connected (JupyterLab and
+#: Notebook 7 both expose their app as ``window.jupyterapp`` with ``expose_app_in_browser``).
+_KERNEL_IDLE = """() => {
+  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const kernel = panel && panel.sessionContext && panel.sessionContext.session
+    && panel.sessionContext.session.kernel;
+  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
+}"""
+
+
+def wait_for_kernel(page, timeout_ms: int = 60_000) -> None:
+    """Wait until the notebook open in ``page`` has an idle, connected kernel."""
+    page.wait_for_function(_KERNEL_IDLE, timeout=timeout_ms)
+
+
+def progress():
+    """``step(text)``: prints the seconds since this call beside ``text``, so that a failing
+    browser test shows how far it got and how long each part took."""
+    start = time.monotonic()
+
+    def step(text: str) -> None:
+        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+
+    return step

@@ -24,7 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium
+from _browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    free_port,
+    progress,
+    require_chromium,
+    wait_for_kernel,
+)
 
 require_chromium()
 pytest.importorskip("jupyterlab", reason="jupyterlab is missing: pip install 'tpu-lab[lab]'")
@@ -173,10 +181,7 @@ def test_dashboard_in_jupyterlab(lab):
     from playwright.sync_api import expect, sync_playwright
 
     base, token, root, runtime = lab
-    start = time.monotonic()
-
-    def step(text: str) -> None:  # progress, shown with the failure
-        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+    step = progress()
 
     (root / "dashboard.ipynb").write_text(json.dumps(_notebook(CELLS)))
     with sync_playwright() as p:
@@ -186,15 +191,7 @@ def test_dashboard_in_jupyterlab(lab):
             step("browser started")
             page.goto(f"{base}/lab/tree/dashboard.ipynb?token={token}")
             step("page loaded")
-            page.wait_for_function(
-                """() => {
-                  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-                  const kernel = panel && panel.sessionContext && panel.sessionContext.session
-                    && panel.sessionContext.session.kernel;
-                  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
-                }""",
-                timeout=60_000,
-            )
+            wait_for_kernel(page)
             step("kernel idle")
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
@@ -365,10 +362,7 @@ def test_slice_widget_in_jupyterlab(lab):
     from playwright.sync_api import sync_playwright
 
     base, token, root, runtime = lab
-    start = time.monotonic()
-
-    def step(text: str) -> None:  # progress, shown with the failure
-        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+    step = progress()
 
     (root / "slice.ipynb").write_text(json.dumps(_notebook(SLICE_CELLS)))
     with sync_playwright() as p:
@@ -378,15 +372,7 @@ def test_slice_widget_in_jupyterlab(lab):
             errors: list[str] = []  # uncaught exceptions in the page (the widget's included)
             page.on("pageerror", lambda error: errors.append(f"{error}\n{error.stack}"))
             page.goto(f"{base}/lab/tree/slice.ipynb?token={token}")
-            page.wait_for_function(
-                """() => {
-                  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-                  const kernel = panel && panel.sessionContext && panel.sessionContext.session
-                    && panel.sessionContext.session.kernel;
-                  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
-                }""",
-                timeout=60_000,
-            )
+            wait_for_kernel(page)
             step("kernel idle")
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             check_slice_widget(page, base, token, runtime, step, "slice_widget_lab")

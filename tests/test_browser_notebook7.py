@@ -10,11 +10,17 @@ screenshot is kept as tests/artifacts/dashboard-notebook7.png.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
+from _browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    progress,
+    require_chromium,
+    wait_for_kernel,
+)
 
 require_chromium()
 pytest.importorskip(
@@ -53,10 +59,7 @@ def test_dashboard_in_notebook7(notebook7):
     from playwright.sync_api import expect, sync_playwright
 
     base, token, root, runtime = notebook7
-    start = time.monotonic()
-
-    def step(text: str) -> None:  # progress, shown with the failure
-        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+    step = progress()
 
     (root / "dashboard.ipynb").write_text(json.dumps(_notebook(CELLS)))
     with sync_playwright() as p:
@@ -70,15 +73,7 @@ def test_dashboard_in_notebook7(notebook7):
             step("page loaded")
             # Notebook 7's own shell (not JupyterLab's): the notebook is its only document
             expect(page.locator("#jp-NotebookLogo")).to_be_visible(timeout=60_000)
-            page.wait_for_function(
-                """() => {
-                  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-                  const kernel = panel && panel.sessionContext && panel.sessionContext.session
-                    && panel.sessionContext.session.kernel;
-                  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
-                }""",
-                timeout=60_000,
-            )
+            wait_for_kernel(page)
             step("kernel idle")
             assert page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
             # the menu bar, as a person would: Run > Run All Cells
@@ -129,10 +124,7 @@ def test_slice_widget_in_notebook7(notebook7):
     from playwright.sync_api import expect, sync_playwright
 
     base, token, root, runtime = notebook7
-    start = time.monotonic()
-
-    def step(text: str) -> None:  # progress, shown with the failure
-        print(f"{time.monotonic() - start:6.1f} s  {text}", flush=True)
+    step = progress()
 
     (root / "slice.ipynb").write_text(json.dumps(_notebook(SLICE_CELLS)))
     with sync_playwright() as p:
@@ -143,15 +135,7 @@ def test_slice_widget_in_notebook7(notebook7):
             page.on("pageerror", lambda error: errors.append(f"{error}\n{error.stack}"))
             page.goto(f"{base}/notebooks/slice.ipynb?token={token}")
             expect(page.locator("#jp-NotebookLogo")).to_be_visible(timeout=60_000)
-            page.wait_for_function(
-                """() => {
-                  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-                  const kernel = panel && panel.sessionContext && panel.sessionContext.session
-                    && panel.sessionContext.session.kernel;
-                  return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
-                }""",
-                timeout=60_000,
-            )
+            wait_for_kernel(page)
             step("kernel idle")
             assert page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
             page.locator(".lm-MenuBar").get_by_role("menuitem", name="Run", exact=True).click()

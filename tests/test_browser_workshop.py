@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium, wait_for_kernel
 
 require_chromium()
 pytest.importorskip("jupyterlab", reason="jupyterlab is missing: pip install 'tpu-lab[lab]'")
@@ -68,12 +68,7 @@ def test_a_workshop_notebook_runs_clean_in_jupyterlab(lab, name):
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         try:
             page.goto(f"{base}/lab/tree/{name}.ipynb?token={token}")
-            page.wait_for_function("""() => {
-                const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-                const kernel = panel && panel.sessionContext && panel.sessionContext.session
-                  && panel.sessionContext.session.kernel;
-                return kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected';
-              }""", timeout=60_000)  # fmt: skip
+            wait_for_kernel(page)
             page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
             deadline = time.monotonic() + 300
             prompts = page.locator(".jp-CodeCell .jp-InputPrompt")
