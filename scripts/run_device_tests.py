@@ -78,12 +78,14 @@ EXPLAINED = (
     (
         re.compile(r"RuntimeError not raised"),
         re.compile(r"test_upsamplingBiMode2d_nonsupported_dtypes_.*_uint8"),
-        "uint8 bilinear/bicubic interpolation: TorchTPU takes uint8, as the CPU does",
+        "uint8 bilinear/bicubic interpolation: TorchTPU's CheckUpsampleDtypes refuses Int, Long "
+        "and Bool only (scripts/read_torchtpu_kernels.py)",
     ),
     (
         re.compile(r"AssertionError: False is not true"),
         re.compile(r"test_transformerencoderlayer_"),
-        "a fully masked row of the fused encoder layer is NaN on TorchTPU too",
+        "a fully masked row of the fused encoder layer: TorchTPU adds the -inf mask and its "
+        "softmax divides 0 by 0, NaN (scripts/read_torchtpu_kernels.py)",
     ),
 )
 

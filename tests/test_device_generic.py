@@ -266,3 +266,59 @@ def test_sparse_ops_torchtpu_has_no_kernel_for_are_refused_as_there():
         "COO tensors have construction, coalescing, add, sub, mul, neg, clone, copies, zero_ and "
         "to_dense only. Densify first (.to_dense()) or run it on the CPU (.cpu())."
     )
+
+
+# -- two kernels TorchTPU has of its own (scripts/read_torchtpu_kernels.py reads them) ------
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("antialias", [False, True])
+def test_uint8_bilinear_and_bicubic_run_as_on_the_cpu(mode, antialias):
+    # TorchTPU's CheckUpsampleDtypes refuses Int, Long and Bool only: uint8 reaches its kernel.
+    x = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    cpu = torch.nn.functional.interpolate(x, (12, 12), mode=mode, antialias=antialias)
+    same(torch.nn.functional.interpolate(x.to("tpu"), (12, 12), mode=mode, antialias=antialias), cpu)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.int8, torch.int16])
+def test_the_dtypes_torchtpu_refuses_for_interpolation_are_refused(mode, dtype):
+    # int32, int64 and bool as TorchTPU refuses them; int8 and int16 pass TorchTPU's check, but
+    # what its kernel makes of them is not known, so the device keeps the CPU's refusal.
+    x = torch.ones(1, 3, 8, 8, dtype=dtype, device="tpu")
+    with pytest.raises(RuntimeError, match="not implemented for"):
+        torch.nn.functional.interpolate(x, (4, 4), mode=mode)
+
+
+def torchtpu_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax as TorchTPU's BuildSoftmaxShlo builds it: max with the minimum finite value as
+    its initial value, exp of the difference, sum, divide; no guard for a row of -inf."""
+    start = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype)
+    top = torch.maximum(scores.amax(-1, keepdim=True), start)
+    e = torch.exp(scores - top)
+    return e / e.sum(-1, keepdim=True)
+
+
+def test_a_fully_masked_row_of_the_fused_encoder_layer_is_nan_as_torchtpu_computes_it(monkeypatch):
+    layer = torch.nn.TransformerEncoderLayer(4, 2, 16, 0.0, batch_first=True, device="tpu").eval()
+    masks = []
+    fused = torch._transformer_encoder_layer_fwd
+
+    def record(*args):
+        masks.append(args[-2])
+        return fused(*args)
+
+    monkeypatch.setattr(torch, "_transformer_encoder_layer_fwd", record)
+    x = torch.tensor([[[20.0, 30.0, 40.0, 50.0]]], device="tpu")
+    with torch.no_grad():
+        out = layer(x, src_key_padding_mask=torch.tensor([[True]], device="tpu"))
+    # The fast path ran on "tpu" (PyTorch allows it on the PrivateUse1 device), with the mask
+    # F._canonical_mask made: floating, -inf where masked, which TorchTPU adds to the scores.
+    (mask,) = masks
+    assert mask.device.type == "tpu" and mask.dtype == torch.float32
+    assert mask.cpu().tolist() == [[float("-inf")]]
+    assert torch.isnan(torchtpu_softmax(torch.tensor([[0.5]]) + mask.cpu())).all()
+    assert torch.isnan(out.cpu()).all()
+    with torch.no_grad():
+        cpu = layer.cpu()(x.cpu(), src_key_padding_mask=torch.tensor([[True]]))
+    assert torch.isnan(cpu).all()

@@ -110,7 +110,8 @@ def test_an_explanation_can_be_for_some_tests_only():
     r = device_tests.report("test/test_nn.py", recorded_run(rows))
     assert [why for _, why in r.causes] == [
         None,  # test_other
-        "uint8 bilinear/bicubic interpolation: TorchTPU takes uint8, as the CPU does",
+        "uint8 bilinear/bicubic interpolation: TorchTPU's CheckUpsampleDtypes refuses Int, "
+        "Long and Bool only (scripts/read_torchtpu_kernels.py)",
     ]
     assert r.unexplained == 1
 

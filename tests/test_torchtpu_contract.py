@@ -77,3 +77,24 @@ def test_the_fix_works_bundled_device_beside_installed_torch_tpu(torchtpu_python
     out = _run(torchtpu_python, ["-c", code], TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "3.0 False"
+
+
+def test_torchtpu_kernels_do_what_the_device_test_docs_say(torchtpu_python):
+    # docs/compatibility/pytorch-device-tests.md explains two test_nn differences by what
+    # TorchTPU's compiled kernels do; this reads them again from the installed library.
+    where = _run(torchtpu_python, ["-c", "import importlib.util as u; "
+                 "print(u.find_spec('torch_tpu').submodule_search_locations[0])"])
+    package = where.stdout.strip()
+    out = _run(sys.executable, ["scripts/read_torchtpu_kernels.py", package, "--json"])
+    assert out.returncode == 0, out.stderr
+    facts = json.loads(out.stdout)
+    docs = (ROOT / "docs/compatibility/pytorch-device-tests.md").read_text()
+    for check in facts["upsample"]:
+        assert check["refused"] == ["Int", "Long", "Bool"]
+        assert check["message"] == "not implemented for "
+        assert check["source"] in docs
+    encoder = facts["encoder"]
+    assert encoder["boolean_mask"][-1] == "mlir::stablehlo::Select"
+    assert "mlir::stablehlo::Add" in encoder["floating_mask"]
+    assert encoder["softmax_guards"] == []
+    assert "mlir::stablehlo::Div" in encoder["softmax"]
