@@ -26,10 +26,11 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
-def require_chromium() -> None:
-    """Skip the calling test module when Debian's chromium is not installed."""
+def require_browser() -> None:
+    """Skip the calling test module when Debian's chromium or Playwright is not installed."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+    pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
 
 
 def free_port() -> int:

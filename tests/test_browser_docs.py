@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_browser
 from _docs import output
 
-require_chromium()
-pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
+require_browser()
 pytest.importorskip("sphinx", reason="sphinx is missing: pip install 'tpu-lab[docs]'")
 
 #: page -> (screenshot name, the start of its title)

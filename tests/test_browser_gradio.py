@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 
 import tpu_lab  # noqa: F401  (the "tpu" device)
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium, served
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_browser, served
 
-require_chromium()
+require_browser()
 pytest.importorskip("gradio", reason="gradio is missing: pip install 'tpu-lab[demo]'")
-pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 

@@ -30,14 +30,13 @@ from _browser import (
     CHROMIUM_ARGS,
     free_port,
     progress,
-    require_chromium,
+    require_browser,
     wait_for_kernel,
 )
 
-require_chromium()
+require_browser()
 pytest.importorskip("jupyterlab", reason="jupyterlab is missing: pip install 'tpu-lab[lab]'")
 pytest.importorskip("anywidget", reason="anywidget is missing: pip install 'tpu-lab[lab]'")
-pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
 
 CELLS = [
     "%load_ext tpu_lab",

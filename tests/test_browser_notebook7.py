@@ -18,16 +18,15 @@ from _browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     progress,
-    require_chromium,
+    require_browser,
     wait_for_kernel,
 )
 
-require_chromium()
+require_browser()
 pytest.importorskip(
     "notebook", minversion="7", reason="Notebook 7 is missing: pip install 'tpu-lab[lab]'"
 )
 pytest.importorskip("anywidget", reason="anywidget is missing: pip install 'tpu-lab[lab]'")
-pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
 
 from test_browser_lab import (  # noqa: E402 (after the skips: it needs the same packages)
     CELLS,

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium, wait_for_kernel
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_browser, wait_for_kernel
 
-require_chromium()
+require_browser()
 pytest.importorskip("jupyterlab", reason="jupyterlab is missing: pip install 'tpu-lab[lab]'")
-pytest.importorskip("playwright", reason="playwright is missing: pip install 'tpu-lab[dev]'")
 
 from test_browser_lab import jupyter  # noqa: E402 (after the skips: it needs jupyterlab)
 from test_notebooks import runner  # noqa: E402 (scripts/notebooks.py, loaded once)

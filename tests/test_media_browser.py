@@ -4,17 +4,17 @@ tests/artifacts/media_preview.png."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 import tpu_lab  # noqa: F401  (installs the "tpu" device)
-from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
+from _browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_browser
 from tpu_lab.media import preview
 from tpu_lab.media import video as video_mod
 from tpu_lab.views import view
 
-require_chromium()
-sync_api = pytest.importorskip("playwright.sync_api", reason="pip install 'tpu-lab[dev]'")
+require_browser()
+
+from playwright.sync_api import sync_playwright  # noqa: E402 (after the skip: it needs playwright)
 
 
 def _moving_square(frames=16, size=64):
@@ -39,7 +39,7 @@ def test_chromium_plays_the_inline_video_and_shows_the_stills(tmp_path, monkeypa
                   (("video", video), ("grid", grid), ("fallback", fallback)))
         + "</body></html>"
     )
-    with sync_api.sync_playwright() as pw:
+    with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()
