@@ -174,6 +174,8 @@ def test_save_png_jpg_and_webp(in_tmp):
     assert p.saved == in_tmp / "grid.png"
     assert Image.open(in_tmp / "grid.png").size == p.size
     assert f"  saved to {in_tmp / 'grid.png'}" in view(p).to_text().splitlines()
+    narrow = view(p).to_text(width=30).splitlines()  # other lines are clipped, never the path
+    assert f"  saved to {in_tmp / 'grid.png'}" in narrow and narrow[1].endswith("…")
     rgba = Image.new("RGBA", (64, 64), (0, 0, 255, 100))
     assert Image.open(preview(rgba, save="a.jpg").saved).format == "JPEG"
     assert Image.open(preview(rgba, save="a.webp").saved).format == "WEBP"

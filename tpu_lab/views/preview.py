@@ -52,14 +52,18 @@ class PreviewView(View):
         if p.fallback_reason:
             lines.append(f"no H.264: {p.fallback_reason}")
         lines.extend(m.notes)
-        if p.saved is not None:
-            lines.append(f"saved to {p.saved}")
         return lines
+
+    def _saved(self) -> list[str]:
+        saved = self.preview.saved
+        return [] if saved is None else [f"saved to {saved}"]
 
     def to_text(self, width: int | None = None) -> str:
         width = terminal_width(width)
         lines = [f"Preview: {self._headline()}", *(f"  {d}" for d in self._details())]
-        return "\n".join(clip(line, width) for line in lines)
+        lines = [clip(line, width) for line in lines]
+        # the path stays whole: one cut short with "…" cannot be opened
+        return "\n".join([*lines, *(f"  {s}" for s in self._saved())])
 
     def _data_uri(self) -> str:
         p = self.preview
@@ -86,7 +90,8 @@ class PreviewView(View):
                 f"<img {size} style='image-rendering:pixelated' src='{self._data_uri()}' "
                 f"alt='{title}'>"
             )
-        caption = "<br>".join(esc(line) for line in [self._headline(), *self._details()])
+        lines = [self._headline(), *self._details(), *self._saved()]
+        caption = "<br>".join(esc(line) for line in lines)
         return (
             f"<figure class='tpu-lab-preview' style='margin:0'>{body}"
             f"<figcaption style='{_CAPTION}'>{caption}</figcaption></figure>"
