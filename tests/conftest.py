@@ -6,6 +6,15 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True, scope="session")
+def terminal_of_100_columns():
+    """The text views lay themselves out for the terminal (``COLUMNS``, else 100 where output is
+    no terminal); the tests read them at 100 columns, whatever terminal runs pytest."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "100")
+        yield
+
+
 @pytest.fixture
 def fresh_dynamo():
     """No compiled graphs or Dynamo counters from earlier tests, before and after."""
