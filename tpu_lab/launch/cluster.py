@@ -55,6 +55,9 @@ SETTLE_S = 1.0
 STACK_S = 3.0
 #: Frames shown of a rank that did not finish (the most recent ones).
 STACK_FRAMES = 16
+#: Seconds rank 0's printed output and the cell's value get to arrive after its reply (they
+#: travel on another channel, and under load can come later).
+OUTPUT_S = 10.0
 
 _lock = threading.RLock()
 _current: Cluster | None = None
@@ -315,6 +318,7 @@ class Cluster:
             self.failures = tuple(failures)
             raise SpmdError(failure_message(failures, self.world_size, self._advice(failures)))
         gathered = view.apply_sync(_engine.after_cell)
+        runs[0].wait_for_output(OUTPUT_S)
         first = runs[0].get()
         result = first.execute_result.get("data") if first.execute_result else None
         return SpmdResult(
